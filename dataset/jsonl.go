@@ -1,0 +1,230 @@
+package dataset
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// MaxLineBytes bounds one JSONL line (64 MiB); longer lines are an error.
+const MaxLineBytes = 64 << 20
+
+// LineError is a problem with one line of a JSONL file.
+type LineError struct {
+	File string
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
+
+// Reader reads JSON objects, one a line, remembering the line number.
+// Blank lines are skipped.
+type Reader struct {
+	name string
+	sc   *bufio.Scanner
+	line int
+}
+
+// NewReader reads JSON Lines from r; name is used in error messages.
+func NewReader(r io.Reader, name string) *Reader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), MaxLineBytes)
+	return &Reader{name: name, sc: sc}
+}
+
+// Line is the number of the line last read (1-based).
+func (r *Reader) Line() int { return r.line }
+
+// Name is the file name given to NewReader.
+func (r *Reader) Name() string { return r.name }
+
+// Next decodes the next non-blank line into v. It returns io.EOF at the end.
+// A malformed line gives a *LineError; the reader can go on after it.
+// Unknown fields are errors, so that a typo in a key does not pass silently.
+func (r *Reader) Next(v any) error {
+	for r.sc.Scan() {
+		r.line++
+		b := bytes.TrimSpace(r.sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		if err := dec.Decode(v); err != nil {
+			return &LineError{File: r.name, Line: r.line, Err: fmt.Errorf("malformed JSON: %w", err)}
+		}
+		if dec.More() {
+			return &LineError{File: r.name, Line: r.line, Err: errors.New("malformed JSON: more than one value on the line")}
+		}
+		return nil
+	}
+	if err := r.sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return &LineError{File: r.name, Line: r.line + 1, Err: fmt.Errorf("line longer than %d bytes", MaxLineBytes)}
+		}
+		return fmt.Errorf("%s: %w", r.name, err)
+	}
+	return io.EOF
+}
+
+// ReadFile reads every record of a JSONL file. It stops at the first bad
+// line unless skipBad is set, in which case bad lines are returned in skipped.
+func ReadFile[T any](path string, skipBad bool) (recs []T, lines []int, skipped []*LineError, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer f.Close()
+	r := NewReader(f, path)
+	for {
+		var v T
+		err := r.Next(&v)
+		if err == io.EOF {
+			return recs, lines, skipped, nil
+		}
+		var le *LineError
+		if err != nil && errors.As(err, &le) && skipBad {
+			skipped = append(skipped, le)
+			continue
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		recs = append(recs, v)
+		lines = append(lines, r.Line())
+	}
+}
+
+// Writer writes JSON Lines to a temporary file beside the target and renames
+// it into place on Commit, so a failed or killed run never leaves a half
+// written output file. Each record is one complete line.
+type Writer struct {
+	path string
+	tmp  *os.File
+	bw   *bufio.Writer
+	n    int
+}
+
+// Create starts writing path (through a temporary file in the same folder).
+func Create(path string) (*Writer, error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{path: path, tmp: tmp, bw: bufio.NewWriterSize(tmp, 1<<20)}, nil
+}
+
+// Write appends one record as one line.
+func (w *Writer) Write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%s: encoding record %d: %w", w.path, w.n+1, err)
+	}
+	b = append(b, '\n')
+	if _, err := w.bw.Write(b); err != nil {
+		return fmt.Errorf("%s: %w", w.path, err)
+	}
+	w.n++
+	return nil
+}
+
+// Count is the number of records written so far.
+func (w *Writer) Count() int { return w.n }
+
+// Commit flushes, syncs and renames the file into place.
+func (w *Writer) Commit() error {
+	if err := w.bw.Flush(); err != nil {
+		w.Abort()
+		return fmt.Errorf("%s: %w", w.path, err)
+	}
+	if err := w.tmp.Sync(); err != nil {
+		w.Abort()
+		return fmt.Errorf("%s: %w", w.path, err)
+	}
+	if err := w.tmp.Close(); err != nil {
+		os.Remove(w.tmp.Name())
+		return fmt.Errorf("%s: %w", w.path, err)
+	}
+	if err := os.Rename(w.tmp.Name(), w.path); err != nil {
+		os.Remove(w.tmp.Name())
+		return err
+	}
+	return nil
+}
+
+// Abort throws the temporary file away; the target is left as it was.
+func (w *Writer) Abort() {
+	w.tmp.Close()
+	os.Remove(w.tmp.Name())
+}
+
+// Appender appends whole lines to a file that is kept (used by resumable
+// stages such as rollout). Each Write is a single write(2) of a complete line,
+// so a kill between writes never leaves a partial record; TruncatePartial
+// repairs a file whose last line was cut anyway (a crash mid-write).
+type Appender struct {
+	f    *os.File
+	path string
+}
+
+// OpenAppend opens path for appending, first cutting off a trailing partial
+// line if one is there.
+func OpenAppend(path string) (*Appender, error) {
+	if err := TruncatePartial(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &Appender{f: f, path: path}, nil
+}
+
+// Write appends one record as one line.
+func (a *Appender) Write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.path, err)
+	}
+	b = append(b, '\n')
+	_, err = a.f.Write(b)
+	return err
+}
+
+// WriteLines appends several records in one write.
+func (a *Appender) WriteLines(vs []any) error {
+	var buf bytes.Buffer
+	for _, v := range vs {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", a.path, err)
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	_, err := a.f.Write(buf.Bytes())
+	return err
+}
+
+// Close closes the file.
+func (a *Appender) Close() error { return a.f.Close() }
+
+// TruncatePartial cuts a file back to its last newline.
+func TruncatePartial(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if len(b) == 0 || b[len(b)-1] == '\n' {
+		return nil
+	}
+	i := bytes.LastIndexByte(b, '\n')
+	return os.Truncate(path, int64(i+1))
+}

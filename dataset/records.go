@@ -1,0 +1,114 @@
+// Package dataset holds the JSON Lines record types that flow between the
+// stages (prompt → rollout → scored → train example) and their readers and
+// writers. Every record carries a `schema` field with a version so that a
+// reader can refuse a file written by an incompatible version.
+package dataset
+
+// Schema versions written into each record's `schema` field.
+const (
+	SchemaPrompt  = "confclip.prompt/v1"
+	SchemaRollout = "confclip.rollout/v1"
+	SchemaScored  = "confclip.scored/v1"
+	SchemaTrain   = "confclip.train/v1"
+)
+
+// Message is one turn of a chat conversation.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Prompt is one task: a prompt (raw text or chat messages) and its gold answer.
+type Prompt struct {
+	Schema   string         `json:"schema,omitempty"`
+	ID       string         `json:"id"`
+	Prompt   string         `json:"prompt,omitempty"`
+	Messages []Message      `json:"messages,omitempty"`
+	Answer   string         `json:"answer"`
+	Verifier string         `json:"verifier,omitempty"`
+	Meta     map[string]any `json:"meta,omitempty"`
+}
+
+// Timing is the wall-clock cost of one completion, in milliseconds.
+type Timing struct {
+	PromptMS   float64 `json:"prompt_ms"`   // prefill of the (shared) prompt
+	GenerateMS float64 `json:"generate_ms"` // from first to last sampled token
+}
+
+// Finish reasons.
+const (
+	FinishStop   = "stop"   // an end-of-generation token or a stop string
+	FinishLength = "length" // the max-tokens limit
+)
+
+// Rollout is one sampled completion of a prompt, with every token's
+// log-probabilities. Logprobs, SamplingLogprobs and Entropies have one entry per
+// completion token (len(Tokens)). Completions produced elsewhere may come with
+// Text only (no tokens, no log-probs); scoring then needs a model for
+// confidence-based rewards.
+type Rollout struct {
+	Schema           string    `json:"schema,omitempty"`
+	PromptID         string    `json:"prompt_id"`
+	Prompt           string    `json:"prompt"`
+	Answer           string    `json:"answer"`
+	Verifier         string    `json:"verifier,omitempty"`
+	Sample           int       `json:"sample"`
+	Seed             uint64    `json:"seed"`
+	PromptTokens     []int32   `json:"prompt_tokens,omitempty"`
+	Tokens           []int32   `json:"tokens,omitempty"`
+	Text             string    `json:"text"`
+	Logprobs         []float64 `json:"logprobs,omitempty"`
+	SamplingLogprobs []float64 `json:"sampling_logprobs,omitempty"`
+	Entropies        []float64 `json:"entropies,omitempty"`
+	Finish           string    `json:"finish,omitempty"`
+	Timing           *Timing   `json:"timing,omitempty"`
+	// TokenOffsets[i] is the byte offset in Text where token i's piece starts;
+	// it maps a verifier's answer span onto tokens (confidence scope "answer").
+	TokenOffsets []int `json:"token_offsets,omitempty"`
+}
+
+// VerifierResult is what a verifier said about one completion.
+type VerifierResult struct {
+	Name       string  `json:"name"`
+	Score      float64 `json:"score"`
+	Correct    bool    `json:"correct"`
+	Extracted  string  `json:"extracted"`
+	AnswerSpan []int   `json:"answer_span,omitempty"` // [start, end) byte offsets in Text, absent when nothing was extracted
+	Reason     string  `json:"reason,omitempty"`
+}
+
+// Scored is a rollout with its verdict, confidence, reward and advantage.
+type Scored struct {
+	Rollout
+	VerifierResult VerifierResult `json:"verifier_result"`
+	Confidence     float64        `json:"confidence"`
+	// ConfidenceScope is the scope actually used: "completion", "answer", or
+	// "completion (fallback: ...)" when the answer scope could not be applied.
+	ConfidenceScope string  `json:"confidence_scope"`
+	Reward          float64 `json:"reward"`
+	Advantage       float64 `json:"advantage"`
+}
+
+// Provenance says where a training example came from.
+type Provenance struct {
+	ModelSHA256 string `json:"model_sha256,omitempty"`
+	Adapter     string `json:"adapter,omitempty"`
+	ConfigHash  string `json:"config_hash,omitempty"`
+}
+
+// TrainExample is one completion ready for a policy-gradient step; the column
+// names follow verl and TRL (prompt_ids, completion_ids, completion_mask,
+// advantages, old_logprobs).
+type TrainExample struct {
+	Schema         string     `json:"schema,omitempty" parquet:"schema"`
+	PromptID       string     `json:"prompt_id" parquet:"prompt_id"`
+	Sample         int        `json:"sample" parquet:"sample"`
+	PromptIDs      []int32    `json:"prompt_ids" parquet:"prompt_ids,list"`
+	CompletionIDs  []int32    `json:"completion_ids" parquet:"completion_ids,list"`
+	CompletionMask []int32    `json:"completion_mask" parquet:"completion_mask,list"`
+	Advantage      float64    `json:"advantage" parquet:"advantage"`
+	Advantages     []float64  `json:"advantages" parquet:"advantages,list"`
+	OldLogprobs    []float64  `json:"old_logprobs" parquet:"old_logprobs,list"`
+	Reward         float64    `json:"reward" parquet:"reward"`
+	Provenance     Provenance `json:"provenance" parquet:"provenance"`
+}

@@ -1,0 +1,166 @@
+// Package pipeline runs the stages as library functions: scoring a set of
+// rollouts, exporting a training set, and the run loop. Config is the one TOML
+// file that describes all of them; each table maps onto one stage's options.
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is the whole TOML configuration. Every command reads the tables it
+// needs; flags given on the command line win over the file.
+type Config struct {
+	Model      ModelConfig      `toml:"model"`
+	Data       DataConfig       `toml:"data"`
+	Rollout    RolloutConfig    `toml:"rollout"`
+	Verifier   VerifierConfig   `toml:"verifier"`
+	Confidence ConfidenceConfig `toml:"confidence"`
+	Reward     RewardConfig     `toml:"reward"`
+	Advantage  AdvantageConfig  `toml:"advantage"`
+	Train      TrainConfig      `toml:"train"`
+	Run        RunConfig        `toml:"run"`
+}
+
+// ModelConfig says which model to load and how.
+type ModelConfig struct {
+	Path      string `toml:"path"`       // GGUF model file
+	Adapter   string `toml:"adapter"`    // optional LoRA adapter (GGUF)
+	GPULayers int    `toml:"gpu_layers"` // layers to offload (0 = CPU only, -1 = all)
+	Threads   int    `toml:"threads"`    // 0 = number of cores
+	Ctx       int    `toml:"ctx"`        // context size in tokens
+}
+
+// DataConfig names the prompt files.
+type DataConfig struct {
+	Train string `toml:"train"` // prompts for training (JSONL)
+	Eval  string `toml:"eval"`  // held-out prompts (JSONL)
+}
+
+// RolloutConfig is the sampling setup.
+type RolloutConfig struct {
+	Group       int      `toml:"group"`       // completions per prompt (G)
+	MaxTokens   int      `toml:"max_tokens"`  // completion length limit
+	Temperature float64  `toml:"temperature"` // sampling temperature
+	TopP        float64  `toml:"top_p"`       // nucleus; 1 = off
+	TopK        int      `toml:"top_k"`       // 0 = off
+	MinP        float64  `toml:"min_p"`       // 0 = off
+	Seed        uint64   `toml:"seed"`        // base seed
+	Parallel    int      `toml:"parallel"`    // sequences in flight
+	Chat        bool     `toml:"chat"`        // render prompts with the chat template
+	Stop        []string `toml:"stop"`        // stop strings
+}
+
+// VerifierConfig chooses and tunes the verifier.
+type VerifierConfig struct {
+	Name        string   `toml:"name"`         // math, exact, choice, format, command
+	Pattern     string   `toml:"pattern"`      // format: regular expression
+	JSON        bool     `toml:"json"`         // format: completion must be JSON
+	Command     []string `toml:"command"`      // command: argv
+	TimeoutMS   int      `toml:"timeout_ms"`   // per verification
+	MaxBytes    int      `toml:"max_bytes"`    // completions are capped to this many bytes
+	RelTol      float64  `toml:"rel_tol"`      // math: relative tolerance for irrationals
+	LastNumber  bool     `toml:"last_number"`  // math: fall back to the last number
+	Extractors  []string `toml:"extractors"`   // math: extraction priority
+	CaseFold    bool     `toml:"case_fold"`    // exact: ignore case
+	IgnorePunct bool     `toml:"ignore_punct"` // exact: ignore punctuation
+	MemoryMB    int      `toml:"memory_mb"`    // command: address-space limit
+	CPUSeconds  int      `toml:"cpu_seconds"`  // command: CPU-time limit
+}
+
+// ConfidenceConfig chooses the confidence estimator (METHOD.md "Confidence").
+type ConfidenceConfig struct {
+	Estimator string `toml:"estimator"` // geo_mean, arith_mean, min, neg_entropy
+	Scope     string `toml:"scope"`     // completion, answer
+}
+
+// RewardConfig is the reward (METHOD.md "ConfClip reward").
+type RewardConfig struct {
+	Method        string  `toml:"method"`         // confclip, binary
+	Weight        string  `toml:"weight"`         // absolute, relative
+	Lo            float64 `toml:"lo"`             // lower clip (absolute)
+	Hi            float64 `toml:"hi"`             // upper clip (absolute)
+	Eps           float64 `toml:"eps"`            // band half-width (relative)
+	Lambda        float64 `toml:"lambda"`         // penalty on wrong answers
+	FormatWeight  float64 `toml:"format_weight"`  // weight of the format verifier's score
+	FormatPattern string  `toml:"format_pattern"` // regular expression for the format score
+	Overlong      bool    `toml:"overlong"`       // DAPO soft overlong punishment
+	MaxLen        int     `toml:"max_len"`        // overlong: maximum length
+	CacheLen      int     `toml:"cache_len"`      // overlong: soft band length
+}
+
+// AdvantageConfig is the advantage estimator (METHOD.md "Advantages").
+type AdvantageConfig struct {
+	Estimator     string `toml:"estimator"`      // grpo, dr_grpo, rloo, none
+	SkipZeroStd   bool   `toml:"skip_zero_std"`  // drop zero-std groups from the export
+	MaskTruncated bool   `toml:"mask_truncated"` // A = 0 for length-stopped completions
+}
+
+// TrainConfig is the policy-gradient step.
+type TrainConfig struct {
+	LoraRank    int      `toml:"lora_rank"`
+	LoraAlpha   float64  `toml:"lora_alpha"`
+	Targets     []string `toml:"targets"` // attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down
+	LR          float64  `toml:"lr"`
+	Beta1       float64  `toml:"beta1"`
+	Beta2       float64  `toml:"beta2"`
+	Eps         float64  `toml:"eps"`
+	WeightDecay float64  `toml:"weight_decay"`
+	GradClip    float64  `toml:"grad_clip"`
+	LossAgg     string   `toml:"loss_agg"` // token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
+	MicroBatch  int      `toml:"micro_batch"`
+	Seed        uint64   `toml:"seed"`
+}
+
+// RunConfig is the schedule of `confclip run`.
+type RunConfig struct {
+	Steps          int    `toml:"steps"`
+	PromptsPerStep int    `toml:"prompts_per_step"`
+	EvalEvery      int    `toml:"eval_every"`
+	Out            string `toml:"out"`
+}
+
+// DefaultConfig is the configuration used when neither file nor flag says otherwise.
+func DefaultConfig() Config {
+	return Config{
+		Model:      ModelConfig{Ctx: 2048},
+		Rollout:    RolloutConfig{Group: 8, MaxTokens: 256, Temperature: 1, TopP: 1},
+		Verifier:   VerifierConfig{Name: "math", TimeoutMS: 2000, MaxBytes: 64 << 10, RelTol: 1e-6, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10},
+		Confidence: ConfidenceConfig{Estimator: "geo_mean", Scope: "completion"},
+		Reward:     RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
+		Advantage:  AdvantageConfig{Estimator: "grpo"},
+		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
+			GradClip: 1, LossAgg: "token_mean", MicroBatch: 4,
+			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
+		Run: RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
+	}
+}
+
+// LoadConfig reads a TOML file over the defaults. A key the file has but
+// Config does not is an error that names the key.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	if path == "" {
+		return cfg, nil
+	}
+	md, err := toml.DecodeFile(path, &cfg)
+	if err != nil {
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		sort.Strings(keys)
+		return cfg, fmt.Errorf("%s: unknown key %s", path, strings.Join(keys, ", "))
+	}
+	return cfg, nil
+}
+
+// ErrNoModel is returned by stages that need a model when none was given.
+var ErrNoModel = errors.New("no model given (--model or [model] path)")

@@ -1,0 +1,74 @@
+// Package verifiers checks completions against reference answers: math,
+// exact match, multiple choice, format and an external command. A verifier is
+// one small interface; a registry maps config names to constructors;
+// composition (a weighted sum of several verifiers) lives outside them.
+package verifiers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Result is a verifier's verdict on one completion.
+type Result struct {
+	Score     float64 // in [0, 1]
+	Correct   bool
+	Extracted string // the answer found in the completion ("" when none)
+	// Start and End are the byte span [Start, End) of the extracted answer in
+	// the completion; both are -1 when nothing was extracted.
+	Start, End int
+	Reason     string
+}
+
+// Verifier checks one completion against a reference answer. Implementations
+// are safe for concurrent use and must return promptly when ctx is done.
+type Verifier interface {
+	Verify(ctx context.Context, completion, reference string) (Result, error)
+}
+
+// Options configures the verifiers; each one reads the fields it needs.
+type Options struct {
+	Timeout     time.Duration // per verification (default 2s)
+	MaxBytes    int           // completions are capped to this many bytes (default 64 KiB)
+	RelTol      float64       // math: relative tolerance for irrational values (default 1e-6)
+	LastNumber  bool          // math: fall back to the last number in the completion
+	Extractors  []string      // math: extraction priority (default: boxed, gsm8k, answer_is, answer_colon)
+	CaseFold    bool          // exact: ignore case
+	IgnorePunct bool          // exact: ignore punctuation
+	Pattern     string        // format: regular expression the completion must match
+	JSON        bool          // format: the completion must be a JSON value
+	Command     []string      // command: argv, no shell
+	MemoryMB    int           // command: address-space limit
+	CPUSeconds  int           // command: CPU-time limit
+}
+
+var registry = map[string]func(Options) (Verifier, error){}
+
+// Register adds a constructor under a name; it panics on a duplicate.
+func Register(name string, fn func(Options) (Verifier, error)) {
+	if _, dup := registry[name]; dup {
+		panic("verifiers: duplicate " + name)
+	}
+	registry[name] = fn
+}
+
+// New builds the verifier registered under name.
+func New(name string, opts Options) (Verifier, error) {
+	fn, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown verifier %q (known: %v)", name, Names())
+	}
+	return fn(opts)
+}
+
+// Names lists the registered verifiers, sorted.
+func Names() []string {
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
