@@ -1,0 +1,426 @@
+// Package sampler turns one row of logits into a token and reports, for the
+// token chosen, the log-probabilities the method needs (METHOD.md "Notation"):
+//
+//   - the model log-probability l: log-softmax of the raw logits at
+//     temperature 1, before any truncation;
+//   - the sampling log-probability s: under the distribution actually sampled
+//     from, after truncation and temperature, renormalised (0 for greedy);
+//   - the entropy H (nats) of the model distribution.
+//
+// The truncation order follows llama.cpp's common sampler chain: top-k, then
+// top-p, then min-p, each on the distribution left by the one before
+// (renormalised, at temperature 1), and temperature last, on the survivors
+// only. Min-p keeps the tokens whose probability is at least MinP times that
+// of the most likely token. Ties are broken by token id, lower first, so a
+// row always gives the same candidate set.
+//
+// All sums run in float64 after subtracting the row's maximum, so logits of
+// ±1e4 or -Inf (banned tokens) are fine. The package is pure Go.
+package sampler
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Params are the sampling settings; the zero value of each field turns that
+// stage off, except Temperature, whose zero means greedy decoding.
+type Params struct {
+	Temperature float64 // > 0 scales the logits; 0 = greedy (argmax)
+	TopK        int     // keep the K most likely tokens; 0 = off
+	TopP        float64 // keep the smallest prefix with mass >= TopP; 0 or 1 = off
+	MinP        float64 // keep tokens with p >= MinP * p_max; 0 = off
+}
+
+// Validate reports settings that have no meaning.
+func (p Params) Validate() error {
+	switch {
+	case !(p.Temperature >= 0) || math.IsInf(p.Temperature, 1):
+		return fmt.Errorf("sampler: temperature %v: want a finite value >= 0 (0 = greedy)", p.Temperature)
+	case p.TopK < 0:
+		return fmt.Errorf("sampler: top_k %d: want >= 0 (0 = off)", p.TopK)
+	case !(p.TopP >= 0 && p.TopP <= 1):
+		return fmt.Errorf("sampler: top_p %v: want a value in [0, 1] (0 or 1 = off)", p.TopP)
+	case !(p.MinP >= 0 && p.MinP <= 1):
+		return fmt.Errorf("sampler: min_p %v: want a value in [0, 1] (0 = off)", p.MinP)
+	}
+	return nil
+}
+
+func (p Params) topP() bool { return p.TopP > 0 && p.TopP < 1 }
+
+// Choice is the token sampled from one row and what the method records for it.
+type Choice struct {
+	Token           int32
+	LogProb         float64 // model log-probability (raw logits, temperature 1)
+	SamplingLogProb float64 // log-probability under the distribution sampled from
+	Entropy         float64 // entropy of the model distribution, nats
+}
+
+// ErrBadLogits is wrapped by the errors for rows that define no distribution:
+// empty, with a NaN or +Inf entry, or with every entry -Inf.
+var ErrBadLogits = errors.New("logits define no distribution")
+
+// Sampler samples with fixed Params. It keeps its scratch buffers between
+// calls, so sampling allocates nothing once it has seen the vocabulary size.
+// A Sampler is not safe for concurrent use; give each goroutine its own.
+type Sampler struct {
+	p    Params
+	w    []float64 // w[i] = exp(logit_i - max) for every token of the row
+	q    []float64 // temperature-scaled weights of the candidates
+	cand []int32   // candidate token ids after truncation
+	edge []int32   // scratch for nucleusOfRow's cut bucket
+}
+
+// New returns a Sampler for p.
+func New(p Params) (*Sampler, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &Sampler{p: p}, nil
+}
+
+// Params returns the settings the Sampler was made with.
+func (s *Sampler) Params() Params { return s.p }
+
+// Sample chooses a token from one row of logits. It draws exactly one number
+// from rng unless the temperature is 0 (greedy draws none).
+func (s *Sampler) Sample(logits []float32, rng *RNG) (Choice, error) {
+	n := len(logits)
+	if cap(s.w) < n {
+		s.w = make([]float64, n)
+		s.q = make([]float64, n)
+		s.cand = make([]int32, n)
+		s.edge = make([]int32, n)
+	}
+	w := s.w[:n]
+	r, err := scan(logits, w)
+	if err != nil {
+		return Choice{}, err
+	}
+	p := s.p
+	if p.Temperature == 0 {
+		return r.choice(logits, r.argmax, 0), nil
+	}
+
+	cand := s.truncate(logits, w, r)
+	invT := 1 / p.Temperature
+	tok, logQ := s.draw(logits, cand, r.max, invT, rng.Float64())
+	return r.choice(logits, tok, (float64(logits[tok])-r.max)*invT-logQ), nil
+}
+
+// truncate applies top-k, top-p and min-p, in that order, and returns the
+// surviving token ids in a deterministic order (best first after top-k), or
+// nil when no stage is active and every token of the row survives. w holds exp(logit - max) for the row.
+func (s *Sampler) truncate(logits []float32, w []float64, r rowStats) []int32 {
+	p := s.p
+	var cand []int32
+	if p.TopK > 0 && p.TopK < r.support {
+		cand = selectTopK(s.cand[:p.TopK], logits, p.TopK)
+	}
+	if p.topP() {
+		if cand == nil {
+			cand = s.nucleusOfRow(logits, w, r, p.TopP)
+		} else {
+			cand = nucleusOfSorted(cand, w, p.TopP)
+		}
+	}
+	if p.MinP > 0 {
+		cand = applyMinP(cand, s.cand[:0], w, p.MinP)
+	}
+	return cand
+}
+
+// LogSoftmaxAt returns the model log-probability of token tok in a row of
+// logits (log-softmax at temperature 1) and the entropy of that distribution,
+// in nats. Teacher-forced scoring uses it, and Sample computes the same
+// numbers the same way, so rollout and scoring log-probs agree bit for bit.
+func LogSoftmaxAt(logits []float32, tok int32) (logprob, entropy float64, err error) {
+	if tok < 0 || int(tok) >= len(logits) {
+		return 0, 0, fmt.Errorf("sampler: token %d outside the vocabulary of %d", tok, len(logits))
+	}
+	r, err := scan(logits, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	c := r.choice(logits, tok, 0)
+	return c.LogProb, c.Entropy, nil
+}
+
+// rowStats summarises one row of logits.
+type rowStats struct {
+	max     float64 // largest logit
+	argmax  int32   // its token (lowest id on ties)
+	sum     float64 // Σ exp(logit - max)
+	logSum  float64 // log(sum): log-softmax(x)_i = x_i - max - logSum
+	entropy float64 // of the softmax, nats
+	support int     // tokens with exp(logit - max) > 0
+}
+
+// scan computes the row's statistics, storing exp(logit - max) into w when w
+// is not nil. With p_i = e_i / S, e_i = exp(x_i - m) and S = Σ e_i, the
+// entropy is H = -Σ p_i log p_i = log S - Σ e_i (x_i - m) / S.
+func scan(logits []float32, w []float64) (rowStats, error) {
+	m, arg := float32(math.Inf(-1)), -1
+	for i, x := range logits {
+		if !(x <= math.MaxFloat32) { // NaN or +Inf
+			return rowStats{}, fmt.Errorf("sampler: logit %v at token %d: %w", x, i, ErrBadLogits)
+		}
+		if x > m {
+			m, arg = x, i
+		}
+	}
+	if arg < 0 {
+		return rowStats{}, fmt.Errorf("sampler: %d logits, none finite: %w", len(logits), ErrBadLogits)
+	}
+	mf := float64(m)
+	var sum, dot float64
+	support := 0
+	for i, x := range logits {
+		d := float64(x) - mf
+		e := math.Exp(d)
+		if w != nil {
+			w[i] = e
+		}
+		if e > 0 { // skips -Inf, whose d*e would be NaN
+			sum += e
+			dot += e * d
+			support++
+		}
+	}
+	logSum := math.Log(sum)
+	return rowStats{max: mf, argmax: int32(arg), sum: sum, logSum: logSum, entropy: logSum - dot/sum, support: support}, nil
+}
+
+func (r rowStats) choice(logits []float32, tok int32, samplingLogProb float64) Choice {
+	return Choice{
+		Token:           tok,
+		LogProb:         float64(logits[tok]) - r.max - r.logSum,
+		SamplingLogProb: samplingLogProb,
+		Entropy:         r.entropy,
+	}
+}
+
+// selectTopK returns the k best tokens, best first, in dst (len k). It keeps a
+// heap of the k best seen so far with the worst on top, so a scan of the row
+// costs one comparison for most tokens: O(n log k), no full sort.
+func selectTopK(dst []int32, logits []float32, k int) []int32 {
+	for i := range dst {
+		dst[i] = int32(i)
+	}
+	h := tokenHeap{ids: dst, logits: logits}
+	h.init()
+	for i := k; i < len(logits); i++ {
+		if better(logits, int32(i), dst[0]) {
+			dst[0] = int32(i)
+			h.down(0, k)
+		}
+	}
+	for n := k; n > 1; n-- { // heap sort: the worst go to the back
+		h.popTo(n)
+	}
+	return dst
+}
+
+// nucleusBuckets is the number of logit buckets nucleusOfRow sorts by.
+const nucleusBuckets = 256
+
+// nucleusOfRow applies top-p to the whole row without sorting it.
+//
+// First, only tokens with p_i >= (1-topP)/n can be in the nucleus (were one
+// below it, the tokens from the nucleus's last onwards, at most n of them each
+// below (1-topP)/n, would hold less than the 1-topP of mass they must hold),
+// so it drops the tokens under half that bound. Then, as llama.cpp does, it
+// buckets the survivors by logit, finds the bucket where the cumulative mass
+// (from the top) reaches topP, keeps every bucket above it whole and sorts
+// only that one bucket to find where the nucleus ends inside it. The result
+// is in id order for the whole buckets followed by the cut bucket sorted.
+func (s *Sampler) nucleusOfRow(logits []float32, w []float64, r rowStats, topP float64) []int32 {
+	floor := 0.5 * r.sum * (1 - topP) / float64(r.support)
+	lo := math.Log(floor) // every survivor has logit - max in [lo, 0]
+	scale := nucleusBuckets / -lo
+	bucket := func(x float32) int {
+		return min(max(int((float64(x)-r.max-lo)*scale), 0), nucleusBuckets-1)
+	}
+	var mass [nucleusBuckets]float64
+	cand := s.cand[:0]
+	for i, e := range w {
+		if e >= floor {
+			cand = append(cand, int32(i))
+			mass[bucket(logits[i])] += e
+		}
+	}
+	target, cum := topP*r.sum, 0.0
+	cut := 0
+	for b := nucleusBuckets - 1; b >= 0; b-- {
+		if cum+mass[b] >= target {
+			cut = b
+			break
+		}
+		cum += mass[b]
+	}
+	// Compact the whole buckets to the front and gather the cut one apart.
+	kept, edge := 0, s.edge[:0]
+	for _, id := range cand {
+		switch b := bucket(logits[id]); {
+		case b > cut:
+			cand[kept] = id
+			kept++
+		case b == cut:
+			edge = append(edge, id)
+		}
+	}
+	slices.SortFunc(edge, func(a, b int32) int {
+		if better(logits, a, b) {
+			return -1
+		}
+		return 1
+	})
+	for _, id := range edge {
+		cand[kept] = id // edge came out of cand, so there is room
+		kept++
+		if cum += w[id]; cum >= target {
+			break
+		}
+	}
+	return cand[:kept]
+}
+
+// nucleusOfSorted applies top-p to candidates sorted best first: it keeps the
+// shortest prefix whose mass, renormalised over the candidates, is >= topP.
+func nucleusOfSorted(cand []int32, w []float64, topP float64) []int32 {
+	var total float64
+	for _, id := range cand {
+		total += w[id]
+	}
+	target, cum := topP*total, 0.0
+	for i, id := range cand {
+		if cum += w[id]; cum >= target {
+			return cand[:i+1]
+		}
+	}
+	return cand
+}
+
+// applyMinP keeps the tokens with p_i >= minP * p_max, that is
+// w_i = exp(x_i - max) >= minP; truncation never removes the most likely
+// token, so the bound is the same before and after renormalising. cand nil
+// means the whole row, filtered into dst; otherwise cand is filtered in place,
+// keeping its order.
+func applyMinP(cand, dst []int32, w []float64, minP float64) []int32 {
+	if cand == nil {
+		for i, e := range w {
+			if e >= minP {
+				dst = append(dst, int32(i))
+			}
+		}
+		return dst
+	}
+	kept := cand[:0]
+	for _, id := range cand {
+		if w[id] >= minP {
+			kept = append(kept, id)
+		}
+	}
+	return kept
+}
+
+// draw samples from the candidates (the whole row when cand is nil) with
+// weights exp((x_i - max) / T) by inverting the cumulative sum at u·Σ, and
+// returns the token and log Σ.
+func (s *Sampler) draw(logits []float32, cand []int32, max, invT, u float64) (tok int32, logQ float64) {
+	if cand == nil {
+		q := s.w[:len(logits)]
+		if invT != 1 {
+			q = s.q[:len(logits)]
+			for i, x := range logits {
+				q[i] = math.Exp((float64(x) - max) * invT)
+			}
+		}
+		i, total := pick(q, u)
+		return int32(i), math.Log(total)
+	}
+	q := s.q[:len(cand)]
+	for j, id := range cand {
+		if invT == 1 {
+			q[j] = s.w[id]
+		} else {
+			q[j] = math.Exp((float64(logits[id]) - max) * invT)
+		}
+	}
+	j, total := pick(q, u)
+	return cand[j], math.Log(total)
+}
+
+// pick returns the first index whose cumulative weight exceeds u times the
+// total, and the total. Rounding can leave the sum short of the target; the
+// last positive weight is taken then.
+func pick(q []float64, u float64) (int, float64) {
+	var total float64
+	for _, v := range q {
+		total += v
+	}
+	target, cum := u*total, 0.0
+	last := 0
+	for i, v := range q {
+		if v > 0 {
+			if cum += v; cum > target {
+				return i, total
+			}
+			last = i
+		}
+	}
+	return last, total
+}
+
+// better reports whether token a ranks before token b: higher logit first,
+// lower id on ties.
+func better(logits []float32, a, b int32) bool {
+	la, lb := logits[a], logits[b]
+	return la > lb || (la == lb && a < b)
+}
+
+// tokenHeap is a binary heap of token ids with the worst (by better) on top,
+// as top-k selection needs. It is written out rather than built on
+// container/heap so that the hot path makes no interface calls.
+type tokenHeap struct {
+	ids    []int32
+	logits []float32
+}
+
+// above reports whether a belongs above b: a is the worse token.
+func (h *tokenHeap) above(a, b int32) bool { return better(h.logits, b, a) }
+
+func (h *tokenHeap) init() {
+	n := len(h.ids)
+	for i := n/2 - 1; i >= 0; i-- {
+		h.down(i, n)
+	}
+}
+
+// down restores the heap property below i within ids[:n].
+func (h *tokenHeap) down(i, n int) {
+	ids := h.ids
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if r := c + 1; r < n && h.above(ids[r], ids[c]) {
+			c = r
+		}
+		if !h.above(ids[c], ids[i]) {
+			return
+		}
+		ids[i], ids[c] = ids[c], ids[i]
+		i = c
+	}
+}
+
+// popTo moves the top of the heap ids[:n] to ids[n-1] and re-heaps ids[:n-1].
+func (h *tokenHeap) popTo(n int) {
+	h.ids[0], h.ids[n-1] = h.ids[n-1], h.ids[0]
+	h.down(0, n-1)
+}
