@@ -44,6 +44,34 @@ type Options struct {
 	CPUSeconds  int           // command: CPU-time limit
 }
 
+// Defaults applied by New to zero fields of Options.
+const (
+	DefaultTimeout  = 2 * time.Second
+	DefaultMaxBytes = 64 << 10
+	DefaultRelTol   = 1e-6
+)
+
+// DefaultExtractors is the math extraction priority when Options.Extractors
+// is empty; "last_number" is appended when Options.LastNumber is set.
+var DefaultExtractors = []string{"boxed", "gsm8k", "answer_is", "answer_colon"}
+
+// withDefaults fills the zero fields of o.
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.RelTol <= 0 {
+		o.RelTol = DefaultRelTol
+	}
+	if len(o.Extractors) == 0 {
+		o.Extractors = DefaultExtractors
+	}
+	return o
+}
+
 var registry = map[string]func(Options) (Verifier, error){}
 
 // Register adds a constructor under a name; it panics on a duplicate.
@@ -60,7 +88,7 @@ func New(name string, opts Options) (Verifier, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown verifier %q (known: %v)", name, Names())
 	}
-	return fn(opts)
+	return fn(opts.withDefaults())
 }
 
 // Names lists the registered verifiers, sorted.
