@@ -5,6 +5,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 
@@ -22,6 +23,9 @@ func register(c *cli.Command) { commands = append(commands, c) }
 // configFlag is the global --config flag read by every command.
 var configFlag = &cli.StringFlag{Name: "config", Usage: "TOML config `FILE` (flags win over it)", EnvVars: []string{"CONFCLIP_CONFIG"}}
 
+// verboseFlag turns on debug logging, llama.cpp's own log included.
+var verboseFlag = &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log debug output, llama.cpp's log included"}
+
 // loadConfig reads the --config file (or the defaults when there is none).
 func loadConfig(c *cli.Context) (pipeline.Config, error) {
 	return pipeline.LoadConfig(c.String("config"))
@@ -32,7 +36,13 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:                 "confclip",
 		Usage:                "RL with verifiable rewards and the ConfClip reward on GGUF models, through llama.cpp",
-		Flags:                []cli.Flag{configFlag},
+		Flags:                []cli.Flag{configFlag, verboseFlag},
+		Before: func(c *cli.Context) error {
+			if c.Bool("verbose") {
+				slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
+			}
+			return nil
+		},
 		Commands:             commands,
 		EnableBashCompletion: true,
 		ExitErrHandler:       func(*cli.Context, error) {},

@@ -1,0 +1,345 @@
+package llama
+
+/*
+#include <stdlib.h>
+#include "llama.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// ContextParams sizes a context.
+type ContextParams struct {
+	NCtx      int    // context size in tokens, shared by all sequences (0 = the model's training context)
+	NBatch    int    // most tokens one Decode takes (0 = NCtx)
+	NUBatch   int    // tokens per compute step (0 = min(NBatch, 512))
+	NSeqMax   int    // most sequences in flight (0 = 1)
+	Threads   int    // 0 = the machine's cores
+	FlashAttn string // "auto" (default), "on" or "off"
+	TypeK     string // KV cache type for K: "f16" (default), "f32", "q8_0", ...
+	TypeV     string // likewise for V
+}
+
+// Context is a model's inference state: the KV cache and the compute
+// buffers. It is used by one goroutine at a time.
+type Context struct {
+	model *Model
+	c     *C.struct_llama_context
+	nctx  int
+	nbat  int
+	nseq  int
+}
+
+var kvTypes = map[string]C.enum_ggml_type{
+	"f32": C.GGML_TYPE_F32, "f16": C.GGML_TYPE_F16, "bf16": C.GGML_TYPE_BF16,
+	"q8_0": C.GGML_TYPE_Q8_0, "q4_0": C.GGML_TYPE_Q4_0, "q4_1": C.GGML_TYPE_Q4_1,
+	"q5_0": C.GGML_TYPE_Q5_0, "q5_1": C.GGML_TYPE_Q5_1,
+}
+
+// NewContext creates a context for the model.
+func NewContext(m *Model, p ContextParams) (*Context, error) {
+	if m == nil || m.m == nil {
+		return nil, errors.New("llama: NewContext on a closed model")
+	}
+	if m.vocabOnly {
+		return nil, fmt.Errorf("%s: loaded vocab-only; a context needs the weights", m.path)
+	}
+	if p.NCtx < 0 || p.NBatch < 0 || p.NUBatch < 0 || p.NSeqMax < 0 {
+		return nil, fmt.Errorf("llama: negative context size in %+v", p)
+	}
+	if p.NSeqMax > int(C.llama_max_parallel_sequences()) {
+		return nil, fmt.Errorf("llama: %d parallel sequences asked, llama.cpp allows at most %d", p.NSeqMax, int(C.llama_max_parallel_sequences()))
+	}
+	cp := C.llama_context_default_params()
+	if p.NCtx == 0 {
+		p.NCtx = int(C.llama_model_n_ctx_train(m.m))
+	}
+	if p.NBatch == 0 {
+		p.NBatch = p.NCtx
+	}
+	if p.NUBatch == 0 {
+		p.NUBatch = min(p.NBatch, 512)
+	}
+	if p.NSeqMax == 0 {
+		p.NSeqMax = 1
+	}
+	if p.Threads <= 0 {
+		p.Threads = DefaultThreads()
+	}
+	cp.n_ctx = C.uint32_t(p.NCtx)
+	cp.n_batch = C.uint32_t(p.NBatch)
+	cp.n_ubatch = C.uint32_t(p.NUBatch)
+	cp.n_seq_max = C.uint32_t(p.NSeqMax)
+	cp.n_threads = C.int32_t(p.Threads)
+	cp.n_threads_batch = C.int32_t(p.Threads)
+	cp.no_perf = true
+	// One KV buffer shared by all sequences, so that a group of sequences can
+	// share its prompt's cells and NCtx is a budget over all of them.
+	cp.kv_unified = true
+	switch p.FlashAttn {
+	case "", "auto":
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_AUTO
+	case "on":
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+	case "off":
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+	default:
+		return nil, fmt.Errorf("llama: flash attention %q: want auto, on or off", p.FlashAttn)
+	}
+	for _, kv := range []struct {
+		name string
+		dst  *C.enum_ggml_type
+	}{{p.TypeK, &cp.type_k}, {p.TypeV, &cp.type_v}} {
+		if kv.name == "" {
+			continue
+		}
+		t, ok := kvTypes[kv.name]
+		if !ok {
+			return nil, fmt.Errorf("llama: unknown KV cache type %q", kv.name)
+		}
+		*kv.dst = t
+	}
+	takeError()
+	c := C.llama_init_from_model(m.m, cp)
+	if c == nil {
+		return nil, fmt.Errorf("llama: %s", withCause("creating the context failed"))
+	}
+	ctx := &Context{model: m, c: c, nctx: int(C.llama_n_ctx(c)), nbat: int(C.llama_n_batch(c)), nseq: p.NSeqMax}
+	runtime.SetFinalizer(ctx, (*Context).Close)
+	return ctx, nil
+}
+
+// Close frees the context. It is safe to call twice.
+func (c *Context) Close() {
+	if c.c != nil {
+		C.llama_free(c.c)
+		c.c = nil
+	}
+}
+
+// Model is the context's model.
+func (c *Context) Model() *Model { return c.model }
+
+// NCtx is the context size in tokens (llama.cpp may round it up).
+func (c *Context) NCtx() int { return c.nctx }
+
+// NBatch is the most tokens one Decode accepts.
+func (c *Context) NBatch() int { return c.nbat }
+
+// NSeqMax is the most sequences in flight.
+func (c *Context) NSeqMax() int { return c.nseq }
+
+// SetThreads changes the thread count.
+func (c *Context) SetThreads(n int) {
+	if n <= 0 {
+		n = DefaultThreads()
+	}
+	C.llama_set_n_threads(c.c, C.int32_t(n), C.int32_t(n))
+}
+
+// ErrNoKVSlot is returned by Decode when the KV cache has no room for the
+// batch: the sequences in flight need more than NCtx tokens.
+var ErrNoKVSlot = errors.New("llama: the KV cache is full (context too small for the sequences in flight)")
+
+// Decode runs the model on a batch. The batch is checked first (token ids,
+// sequence ids, positions), since llama.cpp aborts on some invalid input.
+func (c *Context) Decode(b *Batch) error {
+	if b.n == 0 {
+		return errors.New("llama: Decode of an empty batch")
+	}
+	if b.n > c.nbat {
+		return fmt.Errorf("llama: batch of %d tokens exceeds the context's batch size %d", b.n, c.nbat)
+	}
+	nv := int32(c.model.nv)
+	toks := unsafe.Slice(b.b.token, b.n)
+	pos := unsafe.Slice(b.b.pos, b.n)
+	nseq := unsafe.Slice(b.b.n_seq_id, b.n)
+	seqs := unsafe.Slice(b.b.seq_id, b.n)
+	for i := 0; i < b.n; i++ {
+		if t := int32(toks[i]); t < 0 || t >= nv {
+			return fmt.Errorf("llama: token %d at batch index %d outside the vocabulary (size %d)", t, i, nv)
+		}
+		if p := int(pos[i]); p < 0 || p >= c.nctx {
+			return fmt.Errorf("llama: position %d at batch index %d is past the context (%d tokens)", p, i, c.nctx)
+		}
+		for _, s := range unsafe.Slice(seqs[i], nseq[i]) {
+			if int(s) < 0 || int(s) >= c.nseq {
+				return fmt.Errorf("llama: sequence id %d at batch index %d outside [0, %d)", s, i, c.nseq)
+			}
+		}
+	}
+	takeError()
+	switch rc := C.llama_decode(c.c, b.b); {
+	case rc == 0:
+		return nil
+	case rc == 1:
+		return ErrNoKVSlot
+	case rc == 2:
+		return errors.New("llama: decode aborted")
+	default:
+		return fmt.Errorf("llama: %s", withCause(fmt.Sprintf("decode failed (%d)", int(rc))))
+	}
+}
+
+// Logits returns the logits row of batch index i of the last Decode (the
+// index must have been added with logits=true). The slice points into
+// llama.cpp's buffer without copying: it is valid until the next Decode.
+func (c *Context) Logits(i int) ([]float32, error) {
+	takeError()
+	p := C.llama_get_logits_ith(c.c, C.int32_t(i))
+	if p == nil {
+		return nil, fmt.Errorf("llama: %s", withCause(fmt.Sprintf("no logits for batch index %d", i)))
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(p)), c.model.nv), nil
+}
+
+// SeqRemove removes sequence seq's cells at positions [p0, p1) (p1 < 0: to
+// the end; seq < 0: every sequence).
+func (c *Context) SeqRemove(seq, p0, p1 int) bool {
+	return bool(C.llama_memory_seq_rm(C.llama_get_memory(c.c), C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1)))
+}
+
+// SeqCopy makes dst share src's cells at positions [p0, p1) (no data copy in
+// a unified cache).
+func (c *Context) SeqCopy(src, dst, p0, p1 int) {
+	C.llama_memory_seq_cp(C.llama_get_memory(c.c), C.llama_seq_id(src), C.llama_seq_id(dst), C.llama_pos(p0), C.llama_pos(p1))
+}
+
+// SeqKeep removes every sequence but seq.
+func (c *Context) SeqKeep(seq int) {
+	C.llama_memory_seq_keep(C.llama_get_memory(c.c), C.llama_seq_id(seq))
+}
+
+// SeqPosMax is the largest position held for seq (-1 when empty).
+func (c *Context) SeqPosMax(seq int) int {
+	return int(C.llama_memory_seq_pos_max(C.llama_get_memory(c.c), C.llama_seq_id(seq)))
+}
+
+// ClearKV empties the KV cache.
+func (c *Context) ClearKV() { C.llama_memory_clear(C.llama_get_memory(c.c), true) }
+
+// Batch is a set of tokens to decode, possibly for several sequences.
+type Batch struct {
+	b      C.struct_llama_batch
+	n, cap int
+	maxSeq int
+}
+
+// NewBatch allocates a batch for up to capacity tokens, each belonging to at
+// most maxSeqs sequences.
+func NewBatch(capacity, maxSeqs int) *Batch {
+	if capacity < 1 {
+		capacity = 1
+	}
+	if maxSeqs < 1 {
+		maxSeqs = 1
+	}
+	b := &Batch{b: C.llama_batch_init(C.int32_t(capacity), 0, C.int32_t(maxSeqs)), cap: capacity, maxSeq: maxSeqs}
+	runtime.SetFinalizer(b, (*Batch).Free)
+	return b
+}
+
+// Free releases the batch. It is safe to call twice.
+func (b *Batch) Free() {
+	if b.cap > 0 {
+		C.llama_batch_free(b.b)
+		b.cap = 0
+	}
+}
+
+// Len is the number of tokens in the batch.
+func (b *Batch) Len() int { return b.n }
+
+// Cap is the batch's capacity.
+func (b *Batch) Cap() int { return b.cap }
+
+// Clear empties the batch.
+func (b *Batch) Clear() { b.n = 0; b.b.n_tokens = 0 }
+
+// Add appends a token at position pos for the given sequences; logits asks for
+// its logits row. It returns the token's batch index.
+func (b *Batch) Add(t Token, pos int, seqs []int, logits bool) (int, error) {
+	if b.n >= b.cap {
+		return 0, fmt.Errorf("llama: batch full (%d tokens)", b.cap)
+	}
+	if len(seqs) == 0 || len(seqs) > b.maxSeq {
+		return 0, fmt.Errorf("llama: token in %d sequences, batch allows 1 to %d", len(seqs), b.maxSeq)
+	}
+	i := b.n
+	*(*C.llama_token)(unsafe.Add(unsafe.Pointer(b.b.token), i*C.sizeof_llama_token)) = C.llama_token(t)
+	*(*C.llama_pos)(unsafe.Add(unsafe.Pointer(b.b.pos), i*C.sizeof_llama_pos)) = C.llama_pos(pos)
+	*(*C.int32_t)(unsafe.Add(unsafe.Pointer(b.b.n_seq_id), i*4)) = C.int32_t(len(seqs))
+	sp := *(**C.llama_seq_id)(unsafe.Add(unsafe.Pointer(b.b.seq_id), i*int(unsafe.Sizeof(uintptr(0)))))
+	dst := unsafe.Slice(sp, len(seqs))
+	for j, s := range seqs {
+		dst[j] = C.llama_seq_id(s)
+	}
+	var l C.int8_t
+	if logits {
+		l = 1
+	}
+	*(*C.int8_t)(unsafe.Add(unsafe.Pointer(b.b.logits), i)) = l
+	b.n++
+	b.b.n_tokens = C.int32_t(b.n)
+	return i, nil
+}
+
+// Adapter is a loaded LoRA adapter.
+type Adapter struct {
+	path string
+	a    *C.struct_llama_adapter_lora
+}
+
+// LoadAdapter loads a LoRA adapter in llama.cpp's GGUF format for the model.
+func LoadAdapter(m *Model, path string) (*Adapter, error) {
+	g, err := OpenGGUF(path)
+	if err != nil {
+		return nil, err
+	}
+	kind, arch := g.String("general.type"), g.String("general.architecture")
+	g.Close()
+	if kind != "adapter" {
+		return nil, fileErr(path, "not a LoRA adapter (general.type %q)", kind)
+	}
+	if a := m.Architecture(); arch != a {
+		return nil, fileErr(path, "adapter for architecture %q, the model is %q", arch, a)
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	takeError()
+	a := C.llama_adapter_lora_init(m.m, cpath)
+	if a == nil {
+		return nil, fileErr(path, "%s", withCause("llama.cpp could not load the adapter"))
+	}
+	return &Adapter{path: path, a: a}, nil
+}
+
+// Path is the adapter's file.
+func (a *Adapter) Path() string { return a.path }
+
+// Close frees the adapter (llama.cpp also frees it with its model).
+func (a *Adapter) Close() {
+	if a.a != nil {
+		C.llama_adapter_lora_free(a.a)
+		a.a = nil
+	}
+}
+
+// SetAdapter applies an adapter with a scale (1 = as trained).
+func (c *Context) SetAdapter(a *Adapter, scale float32) error {
+	if C.llama_set_adapter_lora(c.c, a.a, C.float(scale)) != 0 {
+		return fmt.Errorf("llama: applying adapter %s failed", a.path)
+	}
+	return nil
+}
+
+// RemoveAdapter removes one adapter from the context.
+func (c *Context) RemoveAdapter(a *Adapter) { C.llama_rm_adapter_lora(c.c, a.a) }
+
+// ClearAdapters removes every adapter from the context.
+func (c *Context) ClearAdapters() { C.llama_clear_adapter_lora(c.c) }

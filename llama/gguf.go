@@ -1,0 +1,364 @@
+package llama
+
+/*
+#include <stdlib.h>
+#include "ggml.h"
+#include "gguf.h"
+*/
+import "C"
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"unsafe"
+)
+
+// GGUF is an open GGUF file's header: its key-value metadata and tensor
+// table, read through ggml's gguf API without loading any tensor data.
+type GGUF struct {
+	path     string
+	ctx      *C.struct_gguf_context
+	fileSize int64
+}
+
+// TensorInfo describes one tensor of a GGUF file.
+type TensorInfo struct {
+	Name   string
+	Type   string // ggml type name, e.g. "f32", "q4_K"
+	Offset int64  // from the start of the data section
+	Size   int64  // bytes
+}
+
+// checkFile rejects what llama.cpp could trip on before any C code sees it:
+// a missing path, a directory, an empty file, a file that is not GGUF.
+func checkFile(path string) (int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return 0, fileErr(path, "no such file")
+		}
+		return 0, fileErr(path, "%v", err)
+	}
+	if st.IsDir() {
+		return 0, fileErr(path, "is a directory, not a GGUF file")
+	}
+	if st.Size() == 0 {
+		return 0, fileErr(path, "empty file, not a GGUF file")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fileErr(path, "%v", err)
+	}
+	defer f.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil || !bytes.Equal(magic[:], []byte("GGUF")) {
+		return 0, fileErr(path, "not a GGUF file (bad magic)")
+	}
+	return st.Size(), nil
+}
+
+// OpenGGUF reads the header of a GGUF file and checks that the file holds all
+// of its tensors' data (a truncated file is an error, not a crash later).
+func OpenGGUF(path string) (*GGUF, error) {
+	Init()
+	size, err := checkFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	ctx := C.gguf_init_from_file(cpath, C.struct_gguf_init_params{no_alloc: true})
+	if ctx == nil {
+		return nil, fileErr(path, "%s", withCause("not a valid GGUF file"))
+	}
+	g := &GGUF{path: path, ctx: ctx, fileSize: size}
+	runtime.SetFinalizer(g, (*GGUF).Close)
+	var end int64
+	for _, t := range g.Tensors() {
+		if e := int64(C.gguf_get_data_offset(ctx)) + t.Offset + t.Size; e > end {
+			end = e
+		}
+	}
+	if end > size {
+		g.Close()
+		return nil, fileErr(path, "truncated: tensor data needs %d bytes, the file has %d", end, size)
+	}
+	return g, nil
+}
+
+// Close frees the header. It is safe to call twice.
+func (g *GGUF) Close() {
+	if g.ctx != nil {
+		C.gguf_free(g.ctx)
+		g.ctx = nil
+	}
+}
+
+// Path is the file's path.
+func (g *GGUF) Path() string { return g.path }
+
+// FileSize is the file's size in bytes.
+func (g *GGUF) FileSize() int64 { return g.fileSize }
+
+// Keys lists the metadata keys in file order.
+func (g *GGUF) Keys() []string {
+	n := int(C.gguf_get_n_kv(g.ctx))
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = C.GoString(C.gguf_get_key(g.ctx, C.int64_t(i)))
+	}
+	return keys
+}
+
+// Get returns a scalar metadata value (string, bool, int64, uint64 or
+// float64), or for an array its length as ArrayLen. ok is false when the key
+// is absent.
+func (g *GGUF) Get(key string) (v any, ok bool) {
+	ck := C.CString(key)
+	defer C.free(unsafe.Pointer(ck))
+	id := C.gguf_find_key(g.ctx, ck)
+	if id < 0 {
+		return nil, false
+	}
+	switch C.gguf_get_kv_type(g.ctx, id) {
+	case C.GGUF_TYPE_UINT8:
+		return uint64(C.gguf_get_val_u8(g.ctx, id)), true
+	case C.GGUF_TYPE_INT8:
+		return int64(C.gguf_get_val_i8(g.ctx, id)), true
+	case C.GGUF_TYPE_UINT16:
+		return uint64(C.gguf_get_val_u16(g.ctx, id)), true
+	case C.GGUF_TYPE_INT16:
+		return int64(C.gguf_get_val_i16(g.ctx, id)), true
+	case C.GGUF_TYPE_UINT32:
+		return uint64(C.gguf_get_val_u32(g.ctx, id)), true
+	case C.GGUF_TYPE_INT32:
+		return int64(C.gguf_get_val_i32(g.ctx, id)), true
+	case C.GGUF_TYPE_UINT64:
+		return uint64(C.gguf_get_val_u64(g.ctx, id)), true
+	case C.GGUF_TYPE_INT64:
+		return int64(C.gguf_get_val_i64(g.ctx, id)), true
+	case C.GGUF_TYPE_FLOAT32:
+		return float64(C.gguf_get_val_f32(g.ctx, id)), true
+	case C.GGUF_TYPE_FLOAT64:
+		return float64(C.gguf_get_val_f64(g.ctx, id)), true
+	case C.GGUF_TYPE_BOOL:
+		return bool(C.gguf_get_val_bool(g.ctx, id)), true
+	case C.GGUF_TYPE_STRING:
+		return C.GoString(C.gguf_get_val_str(g.ctx, id)), true
+	case C.GGUF_TYPE_ARRAY:
+		return ArrayLen(C.gguf_get_arr_n(g.ctx, id)), true
+	}
+	return nil, false
+}
+
+// ArrayLen stands for an array value in Get's result.
+type ArrayLen int
+
+// String returns a string value, or "" when the key is absent or not a string.
+func (g *GGUF) String(key string) string {
+	v, _ := g.Get(key)
+	s, _ := v.(string)
+	return s
+}
+
+// Uint returns an integer value, or def when the key is absent.
+func (g *GGUF) Uint(key string, def uint64) uint64 {
+	switch v, _ := g.Get(key); v := v.(type) {
+	case uint64:
+		return v
+	case int64:
+		return uint64(v)
+	}
+	return def
+}
+
+// Tensors lists the tensor table.
+func (g *GGUF) Tensors() []TensorInfo {
+	n := int(C.gguf_get_n_tensors(g.ctx))
+	ts := make([]TensorInfo, n)
+	for i := range ts {
+		id := C.int64_t(i)
+		ts[i] = TensorInfo{
+			Name:   C.GoString(C.gguf_get_tensor_name(g.ctx, id)),
+			Type:   C.GoString(C.ggml_type_name(C.gguf_get_tensor_type(g.ctx, id))),
+			Offset: int64(C.gguf_get_tensor_offset(g.ctx, id)),
+			Size:   int64(C.gguf_get_tensor_size(g.ctx, id)),
+		}
+	}
+	return ts
+}
+
+// GGUFWriter builds a GGUF file: metadata and F32 tensors, written with
+// ggml's gguf API. It is not safe for concurrent use.
+type GGUFWriter struct {
+	ctx  *C.struct_gguf_context
+	ggml []*C.struct_ggml_context // one per tensor, holding its data
+	err  error
+}
+
+// NewGGUFWriter starts an empty GGUF file.
+func NewGGUFWriter() *GGUFWriter {
+	Init()
+	w := &GGUFWriter{ctx: C.gguf_init_empty()}
+	runtime.SetFinalizer(w, (*GGUFWriter).Close)
+	return w
+}
+
+func (w *GGUFWriter) key(k string) (*C.char, func()) {
+	ck := C.CString(k)
+	return ck, func() { C.free(unsafe.Pointer(ck)) }
+}
+
+// SetString sets a string value.
+func (w *GGUFWriter) SetString(k, v string) {
+	ck, free := w.key(k)
+	defer free()
+	cv := C.CString(v)
+	defer C.free(unsafe.Pointer(cv))
+	C.gguf_set_val_str(w.ctx, ck, cv)
+}
+
+// SetUint32 sets a uint32 value.
+func (w *GGUFWriter) SetUint32(k string, v uint32) {
+	ck, free := w.key(k)
+	defer free()
+	C.gguf_set_val_u32(w.ctx, ck, C.uint32_t(v))
+}
+
+// SetInt32 sets an int32 value.
+func (w *GGUFWriter) SetInt32(k string, v int32) {
+	ck, free := w.key(k)
+	defer free()
+	C.gguf_set_val_i32(w.ctx, ck, C.int32_t(v))
+}
+
+// SetFloat32 sets a float32 value.
+func (w *GGUFWriter) SetFloat32(k string, v float32) {
+	ck, free := w.key(k)
+	defer free()
+	C.gguf_set_val_f32(w.ctx, ck, C.float(v))
+}
+
+// SetBool sets a bool value.
+func (w *GGUFWriter) SetBool(k string, v bool) {
+	ck, free := w.key(k)
+	defer free()
+	C.gguf_set_val_bool(w.ctx, ck, C.bool(v))
+}
+
+// SetStrings sets an array of strings.
+func (w *GGUFWriter) SetStrings(k string, vs []string) {
+	ck, free := w.key(k)
+	defer free()
+	cs := C.malloc(C.size_t(len(vs)+1) * C.size_t(unsafe.Sizeof(uintptr(0))))
+	defer C.free(cs)
+	arr := unsafe.Slice((**C.char)(cs), len(vs)+1)
+	for i, s := range vs {
+		arr[i] = C.CString(s)
+	}
+	C.gguf_set_arr_str(w.ctx, ck, (**C.char)(cs), C.size_t(len(vs)))
+	for i := range vs {
+		C.free(unsafe.Pointer(arr[i]))
+	}
+}
+
+// SetFloat32s sets an array of float32.
+func (w *GGUFWriter) SetFloat32s(k string, vs []float32) {
+	ck, free := w.key(k)
+	defer free()
+	if len(vs) == 0 {
+		C.gguf_set_arr_data(w.ctx, ck, C.GGUF_TYPE_FLOAT32, nil, 0)
+		return
+	}
+	p := C.CBytes(unsafe.Slice((*byte)(unsafe.Pointer(&vs[0])), 4*len(vs)))
+	defer C.free(p)
+	C.gguf_set_arr_data(w.ctx, ck, C.GGUF_TYPE_FLOAT32, p, C.size_t(len(vs)))
+}
+
+// SetInt32s sets an array of int32.
+func (w *GGUFWriter) SetInt32s(k string, vs []int32) {
+	ck, free := w.key(k)
+	defer free()
+	if len(vs) == 0 {
+		C.gguf_set_arr_data(w.ctx, ck, C.GGUF_TYPE_INT32, nil, 0)
+		return
+	}
+	p := C.CBytes(unsafe.Slice((*byte)(unsafe.Pointer(&vs[0])), 4*len(vs)))
+	defer C.free(p)
+	C.gguf_set_arr_data(w.ctx, ck, C.GGUF_TYPE_INT32, p, C.size_t(len(vs)))
+}
+
+// AddTensorF32 adds an F32 tensor. shape is in ggml order (ne0 first: for a
+// weight matrix, ne0 is the input size and ne1 the output size).
+func (w *GGUFWriter) AddTensorF32(name string, shape []int64, data []float32) {
+	if w.err != nil {
+		return
+	}
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	if len(shape) == 0 || len(shape) > 4 || n != int64(len(data)) {
+		w.err = fmt.Errorf("tensor %s: shape %v does not hold %d values", name, shape, len(data))
+		return
+	}
+	if len(name) >= C.GGML_MAX_NAME {
+		w.err = fmt.Errorf("tensor %s: name longer than %d bytes", name, C.GGML_MAX_NAME-1)
+		return
+	}
+	mem := C.size_t(C.ggml_tensor_overhead()) + C.size_t(4*n) + 64
+	gctx := C.ggml_init(C.struct_ggml_init_params{mem_size: mem, mem_buffer: nil, no_alloc: false})
+	w.ggml = append(w.ggml, gctx)
+	var ne [4]C.int64_t
+	for i, d := range shape {
+		ne[i] = C.int64_t(d)
+	}
+	t := C.ggml_new_tensor(gctx, C.GGML_TYPE_F32, C.int(len(shape)), &ne[0])
+	cn := C.CString(name)
+	C.ggml_set_name(t, cn)
+	C.free(unsafe.Pointer(cn))
+	if n > 0 {
+		copy(unsafe.Slice((*float32)(t.data), n), data)
+	}
+	C.gguf_add_tensor(w.ctx, t)
+}
+
+// WriteFile writes the file through a temporary file and a rename, so a
+// failure never leaves a half-written GGUF at path.
+func (w *GGUFWriter) WriteFile(path string) error {
+	if w.err != nil {
+		return w.err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp.Close()
+	cpath := C.CString(tmp.Name())
+	defer C.free(unsafe.Pointer(cpath))
+	if !C.gguf_write_to_file(w.ctx, cpath, false) {
+		os.Remove(tmp.Name())
+		return fileErr(path, "%s", withCause("writing GGUF failed"))
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
+
+// Close frees the writer's memory. It is safe to call twice.
+func (w *GGUFWriter) Close() {
+	if w.ctx != nil {
+		C.gguf_free(w.ctx)
+		w.ctx = nil
+	}
+	for _, g := range w.ggml {
+		C.ggml_free(g)
+	}
+	w.ggml = nil
+}

@@ -1,0 +1,120 @@
+// Package llama binds llama.cpp and ggml for Go: models, contexts, batches,
+// decoding, logits, per-sequence KV cache, tokenizer, chat templates, LoRA
+// adapters and GGUF files. It is the project's only package with cgo; no C
+// type escapes it, and every failure is a Go error.
+//
+// Thread safety: a *Model is read-only after loading and may be shared by
+// goroutines; a *Context (and a *Batch) belongs to one goroutine at a time.
+package llama
+
+/*
+#cgo CFLAGS: -std=c11 -I${SRCDIR}/../third_party/llama.cpp/llama/include -I${SRCDIR}/../third_party/llama.cpp/ggml/include
+#cgo CXXFLAGS: -std=c++17 -I${SRCDIR}/../third_party/llama.cpp/llama/include -I${SRCDIR}/../third_party/llama.cpp/ggml/include
+#cgo LDFLAGS: -L${SRCDIR}/../build/lib -Wl,--start-group -lllama -lggml -lggml-cpu -lggml-base -Wl,--end-group -lstdc++ -lm -lgomp -ldl -lpthread
+#include <stdlib.h>
+#include "llama.h"
+#include "ggml.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+
+extern void confclipLog(int level, char *text);
+
+static void confclip_log_cb(enum ggml_log_level level, const char *text, void *ud) {
+	(void)ud;
+	confclipLog((int)level, (char *)text);
+}
+
+static void confclip_set_log(void) {
+	llama_log_set(confclip_log_cb, NULL);
+	ggml_log_set(confclip_log_cb, NULL);
+}
+*/
+import "C"
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+)
+
+// BuildStamp is set at link time (-ldflags -X) to a checksum of the C
+// libraries, so that the Go binary is relinked whenever they change.
+var BuildStamp = "dev"
+
+// LlamaCommit is the llama.cpp commit the libraries are built from.
+const LlamaCommit = "ec98e2002"
+
+var initOnce sync.Once
+
+// Init initialises the llama.cpp backend once per process and routes its log
+// to log/slog below slog.LevelInfo (debug, debug+1 for warnings, debug+2 for
+// errors), so it is quiet unless the program asks for debug output.
+// Every entry point calls it; calling it directly is optional.
+func Init() {
+	initOnce.Do(func() {
+		C.confclip_set_log()
+		C.llama_backend_init()
+	})
+}
+
+var logMu sync.Mutex
+var logLine strings.Builder
+
+//export confclipLog
+func confclipLog(level C.int, text *C.char) {
+	s := C.GoString(text)
+	logMu.Lock()
+	defer logMu.Unlock()
+	// llama.cpp sends a line in pieces (GGML_LOG_LEVEL_CONT); join them.
+	logLine.WriteString(s)
+	if !strings.HasSuffix(s, "\n") {
+		return
+	}
+	msg := strings.TrimRight(logLine.String(), "\n")
+	logLine.Reset()
+	if msg == "" {
+		return
+	}
+	var lvl slog.Level
+	switch level {
+	case C.GGML_LOG_LEVEL_ERROR:
+		// Kept for the Go error of the failing call, which says it to the user.
+		recordError(msg)
+		lvl = slog.LevelDebug + 2
+	case C.GGML_LOG_LEVEL_WARN:
+		lvl = slog.LevelDebug + 1
+	default:
+		lvl = slog.LevelDebug
+	}
+	slog.Log(context.Background(), lvl, "llama.cpp: "+msg)
+}
+
+// SystemInfo is llama.cpp's description of the compiled backends and CPU
+// features (for example "CPU : SSE3 = 1 | AVX2 = 1 | ...").
+func SystemInfo() string {
+	Init()
+	return strings.TrimSpace(C.GoString(C.llama_print_system_info()))
+}
+
+// Backends lists the compiled ggml backends (for example "CPU", "CUDA0").
+func Backends() []string {
+	Init()
+	var out []string
+	for i := 0; i < int(C.ggml_backend_dev_count()); i++ {
+		dev := C.ggml_backend_dev_get(C.size_t(i))
+		out = append(out, C.GoString(C.ggml_backend_dev_name(dev)))
+	}
+	return out
+}
+
+// SupportsGPUOffload reports whether a GPU backend was compiled in.
+func SupportsGPUOffload() bool {
+	Init()
+	return bool(C.llama_supports_gpu_offload())
+}
+
+// DefaultThreads is the thread count used when none is given: the machine's
+// cores. ggml's OpenMP threads spin, so more threads than cores is much slower.
+func DefaultThreads() int { return runtime.NumCPU() }

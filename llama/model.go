@@ -1,0 +1,337 @@
+package llama
+
+/*
+#include <stdlib.h>
+#include "llama.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// ModelParams says how to load a model.
+type ModelParams struct {
+	GPULayers int  // layers to offload to the GPU; -1 = all, 0 = none
+	NoMmap    bool // read the file instead of mapping it
+	VocabOnly bool // load only the tokenizer (vocab-only GGUF files)
+}
+
+// Model is a loaded GGUF model. It is read-only after loading and may be
+// shared by goroutines; Close it once nothing uses it.
+type Model struct {
+	path  string
+	m     *C.struct_llama_model
+	vocab *C.struct_llama_vocab
+	nv    int
+	// vocabOnly models have no hyperparameters; llama.cpp aborts when asked
+	// for them, so Info leaves them zero.
+	vocabOnly bool
+}
+
+// Token is a vocabulary id.
+type Token = int32
+
+// LoadModel loads a GGUF model. Files that llama.cpp would abort on are
+// checked first, so every bad file is a Go error naming it.
+func LoadModel(path string, p ModelParams) (*Model, error) {
+	g, err := OpenGGUF(path)
+	if err != nil {
+		return nil, err
+	}
+	arch := g.String("general.architecture")
+	kind := g.String("general.type")
+	nTensors := len(g.Tensors())
+	g.Close()
+	if arch == "" {
+		return nil, fileErr(path, "no general.architecture key: not a model file")
+	}
+	if kind == "adapter" {
+		return nil, fileErr(path, "is a LoRA adapter, not a model")
+	}
+	if nTensors == 0 && !p.VocabOnly {
+		return nil, fileErr(path, "has no tensors (a vocab-only file? load it with vocab-only)")
+	}
+
+	mp := C.llama_model_default_params()
+	mp.n_gpu_layers = C.int32_t(p.GPULayers)
+	if p.GPULayers < 0 {
+		mp.n_gpu_layers = 999
+	}
+	mp.use_mmap = C.bool(!p.NoMmap)
+	mp.vocab_only = C.bool(p.VocabOnly)
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	takeError()
+	m := C.llama_model_load_from_file(cpath, mp)
+	if m == nil {
+		return nil, fileErr(path, "%s", withCause("llama.cpp could not load the model (architecture "+arch+")"))
+	}
+	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly}
+	model.nv = int(C.llama_vocab_n_tokens(model.vocab))
+	runtime.SetFinalizer(model, (*Model).Close)
+	return model, nil
+}
+
+// Close frees the model. It is safe to call twice.
+func (m *Model) Close() {
+	if m.m != nil {
+		C.llama_model_free(m.m)
+		m.m = nil
+	}
+}
+
+// Path is the file the model was loaded from.
+func (m *Model) Path() string { return m.path }
+
+// Meta returns a metadata value as a string ("" when absent).
+func (m *Model) Meta(key string) string {
+	ck := C.CString(key)
+	defer C.free(unsafe.Pointer(ck))
+	var buf [1024]C.char
+	n := C.llama_model_meta_val_str(m.m, ck, &buf[0], C.size_t(len(buf)))
+	if n < 0 {
+		return ""
+	}
+	if int(n) >= len(buf) {
+		big := make([]C.char, n+1)
+		C.llama_model_meta_val_str(m.m, ck, &big[0], C.size_t(len(big)))
+		return C.GoString(&big[0])
+	}
+	return C.GoString(&buf[0])
+}
+
+// Info is a model's metadata.
+type Info struct {
+	Architecture string `json:"architecture"`
+	Description  string `json:"description"`
+	Params       uint64 `json:"params"`
+	FileType     string `json:"file_type"`
+	SizeBytes    uint64 `json:"size_bytes"` // tensor bytes
+	CtxTrain     int    `json:"ctx_train"`
+	Embd         int    `json:"n_embd"`
+	Layers       int    `json:"n_layer"`
+	Heads        int    `json:"n_head"`
+	HeadsKV      int    `json:"n_head_kv"`
+	Vocab        int    `json:"n_vocab"`
+	VocabType    string `json:"vocab_type"`
+	BOS          Token  `json:"bos"`
+	EOS          Token  `json:"eos"`
+	EOT          Token  `json:"eot"`
+	AddBOS       bool   `json:"add_bos"`
+	ChatTemplate string `json:"chat_template,omitempty"`
+}
+
+var vocabTypes = map[C.enum_llama_vocab_type]string{
+	C.LLAMA_VOCAB_TYPE_NONE: "none", C.LLAMA_VOCAB_TYPE_SPM: "spm", C.LLAMA_VOCAB_TYPE_BPE: "bpe",
+	C.LLAMA_VOCAB_TYPE_WPM: "wpm", C.LLAMA_VOCAB_TYPE_UGM: "ugm", C.LLAMA_VOCAB_TYPE_RWKV: "rwkv",
+}
+
+// fileTypes names llama_ftype values (general.file_type).
+var fileTypes = map[int]string{
+	0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+	10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+	16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
+	22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
+	28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4",
+}
+
+// Info returns the model's metadata.
+func (m *Model) Info() Info {
+	var desc [256]C.char
+	C.llama_model_desc(m.m, &desc[0], C.size_t(len(desc)))
+	ft := "unknown"
+	if d := C.GoString(&desc[0]); strings.Contains(d, " all ") {
+		ft = d[strings.Index(d, " all ")+1:] // "all F32 (guessed)"
+	}
+	if s := m.Meta("general.file_type"); s != "" {
+		var n int
+		fmt.Sscan(s, &n)
+		if name, ok := fileTypes[n]; ok {
+			ft = name
+		} else {
+			ft = "type " + s
+		}
+	}
+	info := Info{
+		Architecture: m.Meta("general.architecture"),
+		Description:  C.GoString(&desc[0]),
+		FileType:     ft,
+		Vocab:        m.nv,
+		VocabType:    vocabTypes[C.llama_vocab_type(m.vocab)],
+		BOS:          Token(C.llama_vocab_bos(m.vocab)),
+		EOS:          Token(C.llama_vocab_eos(m.vocab)),
+		EOT:          Token(C.llama_vocab_eot(m.vocab)),
+		AddBOS:       bool(C.llama_vocab_get_add_bos(m.vocab)),
+		ChatTemplate: m.ChatTemplate(),
+	}
+	if !m.vocabOnly {
+		info.Params = uint64(C.llama_model_n_params(m.m))
+		info.SizeBytes = uint64(C.llama_model_size(m.m))
+		info.CtxTrain = int(C.llama_model_n_ctx_train(m.m))
+		info.Embd = int(C.llama_model_n_embd(m.m))
+		info.Layers = int(C.llama_model_n_layer(m.m))
+		info.Heads = int(C.llama_model_n_head(m.m))
+		info.HeadsKV = int(C.llama_model_n_head_kv(m.m))
+	}
+	return info
+}
+
+// NVocab is the vocabulary size.
+func (m *Model) NVocab() int { return m.nv }
+
+// VocabOnly reports whether only the tokenizer was loaded.
+func (m *Model) VocabOnly() bool { return m.vocabOnly }
+
+// Architecture is general.architecture.
+func (m *Model) Architecture() string { return m.Meta("general.architecture") }
+
+// IsEOG reports whether t ends generation (EOS, EOT and the like).
+func (m *Model) IsEOG(t Token) bool { return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(t))) }
+
+// ChatTemplate is the model's own chat template ("" when it has none).
+func (m *Model) ChatTemplate() string {
+	p := C.llama_model_chat_template(m.m, nil)
+	if p == nil {
+		return ""
+	}
+	return C.GoString(p)
+}
+
+// ErrInvalidUTF8 is returned for text that is not valid UTF-8.
+var ErrInvalidUTF8 = fmt.Errorf("text is not valid UTF-8")
+
+// Tokenize turns text into token ids. addSpecial adds BOS (and EOS) as the
+// model asks; parseSpecial lets special tokens such as <|im_start|> in the
+// text become their ids.
+func (m *Model) Tokenize(text string, addSpecial, parseSpecial bool) ([]Token, error) {
+	if !utf8.ValidString(text) {
+		return nil, ErrInvalidUTF8
+	}
+	if len(text) > 1<<30 {
+		return nil, fmt.Errorf("text of %d bytes is too long to tokenize", len(text))
+	}
+	ct := C.CString(text)
+	defer C.free(unsafe.Pointer(ct))
+	n := len(text) + 8
+	for {
+		toks := make([]Token, n)
+		var p *C.llama_token
+		if n > 0 {
+			p = (*C.llama_token)(unsafe.Pointer(&toks[0]))
+		}
+		got := int(C.llama_tokenize(m.vocab, ct, C.int32_t(len(text)), p, C.int32_t(n), C.bool(addSpecial), C.bool(parseSpecial)))
+		if got >= 0 {
+			return toks[:got], nil
+		}
+		if got == int(-1<<31) {
+			return nil, fmt.Errorf("tokenizing %d bytes overflowed", len(text))
+		}
+		n = -got
+	}
+}
+
+// TokenPiece is the bytes a token stands for. A piece may be part of a
+// UTF-8 character (byte tokens), so it is returned as bytes. special renders
+// special tokens (such as </s>) as text instead of nothing.
+func (m *Model) TokenPiece(t Token, special bool) ([]byte, error) {
+	if t < 0 || int(t) >= m.nv {
+		return nil, fmt.Errorf("token %d outside the vocabulary (size %d)", t, m.nv)
+	}
+	var buf [256]C.char
+	n := C.llama_token_to_piece(m.vocab, C.llama_token(t), &buf[0], C.int32_t(len(buf)), 0, C.bool(special))
+	if n < 0 {
+		big := make([]C.char, -n)
+		n = C.llama_token_to_piece(m.vocab, C.llama_token(t), &big[0], C.int32_t(len(big)), 0, C.bool(special))
+		return C.GoBytes(unsafe.Pointer(&big[0]), n), nil
+	}
+	return C.GoBytes(unsafe.Pointer(&buf[0]), n), nil
+}
+
+// Detokenize turns token ids back into text.
+func (m *Model) Detokenize(toks []Token, removeSpecial, unparseSpecial bool) (string, error) {
+	for _, t := range toks {
+		if t < 0 || int(t) >= m.nv {
+			return "", fmt.Errorf("token %d outside the vocabulary (size %d)", t, m.nv)
+		}
+	}
+	if len(toks) == 0 {
+		return "", nil
+	}
+	n := len(toks)*8 + 16
+	for {
+		buf := make([]byte, n)
+		got := int(C.llama_detokenize(m.vocab, (*C.llama_token)(unsafe.Pointer(&toks[0])), C.int32_t(len(toks)),
+			(*C.char)(unsafe.Pointer(&buf[0])), C.int32_t(n), C.bool(removeSpecial), C.bool(unparseSpecial)))
+		if got >= 0 {
+			return string(buf[:got]), nil
+		}
+		n = -got
+	}
+}
+
+// Message is one chat turn.
+type Message struct {
+	Role    string
+	Content string
+}
+
+// ApplyChatTemplate renders messages with a chat template: tmpl is a
+// template's text or a built-in name ("chatml", "llama3", ...); "" means the
+// model's own. addAssistant ends the text with the assistant's turn opener.
+func (m *Model) ApplyChatTemplate(tmpl string, msgs []Message, addAssistant bool) (string, error) {
+	if tmpl == "" {
+		tmpl = m.ChatTemplate()
+		if tmpl == "" {
+			return "", fmt.Errorf("%s: the model has no chat template; name one", m.path)
+		}
+	}
+	return ApplyChatTemplate(tmpl, msgs, addAssistant)
+}
+
+// ApplyChatTemplate renders messages with a template's text or built-in name.
+// llama.cpp supports a fixed list of templates (no Jinja interpreter).
+func ApplyChatTemplate(tmpl string, msgs []Message, addAssistant bool) (string, error) {
+	Init()
+	if len(msgs) == 0 {
+		return "", fmt.Errorf("no messages to render")
+	}
+	ctmpl := C.CString(tmpl)
+	defer C.free(unsafe.Pointer(ctmpl))
+	cm := make([]C.struct_llama_chat_message, len(msgs))
+	size := 0
+	for i, msg := range msgs {
+		if !utf8.ValidString(msg.Content) {
+			return "", fmt.Errorf("message %d: %w", i+1, ErrInvalidUTF8)
+		}
+		cm[i].role = C.CString(msg.Role)
+		cm[i].content = C.CString(msg.Content)
+		size += len(msg.Role) + len(msg.Content)
+	}
+	// The C array of messages must live in C memory (it holds C pointers).
+	arr := (*C.struct_llama_chat_message)(C.malloc(C.size_t(len(cm)) * C.size_t(unsafe.Sizeof(cm[0]))))
+	copy(unsafe.Slice(arr, len(cm)), cm)
+	defer func() {
+		for _, c := range cm {
+			C.free(unsafe.Pointer(c.role))
+			C.free(unsafe.Pointer(c.content))
+		}
+		C.free(unsafe.Pointer(arr))
+	}()
+	n := 2*size + 256
+	for {
+		buf := make([]byte, n)
+		got := int(C.llama_chat_apply_template(ctmpl, arr, C.size_t(len(cm)), C.bool(addAssistant), (*C.char)(unsafe.Pointer(&buf[0])), C.int32_t(n)))
+		if got < 0 {
+			return "", fmt.Errorf("chat template not supported by llama.cpp (it knows a fixed list; see `llama_chat_builtin_templates`)")
+		}
+		if got <= n {
+			return string(buf[:got]), nil
+		}
+		n = got
+	}
+}
