@@ -76,6 +76,7 @@ type VerifierConfig struct {
 type ConfidenceConfig struct {
 	Estimator string `toml:"estimator"` // geo_mean, arith_mean, min, neg_entropy
 	Scope     string `toml:"scope"`     // completion, answer
+	Vocab     int    `toml:"vocab"`     // vocabulary size V, needed by neg_entropy
 }
 
 // RewardConfig is the reward (METHOD.md "ConfClip reward").

@@ -1,0 +1,660 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/confclip/confclip/confclip"
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/verifiers"
+)
+
+// ScoreOptions configure Score. The four tables are those of Config.
+type ScoreOptions struct {
+	In  string // rollout records (JSONL)
+	Out string // scored records (JSONL), written atomically; "" writes none
+
+	Verifier   VerifierConfig
+	Confidence ConfidenceConfig
+	Reward     RewardConfig
+	Advantage  AdvantageConfig
+
+	// SkipBad skips bad lines, bad records and groups of the wrong size,
+	// counting them in the summary, instead of stopping at the first.
+	SkipBad bool
+	// Workers bounds the verifications run at once; 0 means GOMAXPROCS.
+	Workers int
+	// TeacherForce, when set, fills Tokens, Logprobs, Entropies and
+	// TokenOffsets of records that came without log-probs (completions
+	// produced elsewhere) by running a model over them. Without it a reward
+	// that needs confidence rejects such records.
+	TeacherForce func(ctx context.Context, recs []*dataset.Rollout) error
+}
+
+// NewScoreOptions takes the scoring tables of a config.
+func NewScoreOptions(cfg Config, in, out string) ScoreOptions {
+	return ScoreOptions{In: in, Out: out, Verifier: cfg.Verifier, Confidence: cfg.Confidence, Reward: cfg.Reward, Advantage: cfg.Advantage}
+}
+
+// VerifierOptions maps the [verifier] table onto the verifiers' options.
+func VerifierOptions(c VerifierConfig) verifiers.Options {
+	return verifiers.Options{
+		Timeout:     time.Duration(c.TimeoutMS) * time.Millisecond,
+		MaxBytes:    c.MaxBytes,
+		RelTol:      c.RelTol,
+		LastNumber:  c.LastNumber,
+		Extractors:  c.Extractors,
+		CaseFold:    c.CaseFold,
+		IgnorePunct: c.IgnorePunct,
+		Pattern:     c.Pattern,
+		JSON:        c.JSON,
+		Command:     c.Command,
+		MemoryMB:    c.MemoryMB,
+		CPUSeconds:  c.CPUSeconds,
+	}
+}
+
+// Summary is what Score reports about a batch; it is written as JSON.
+type Summary struct {
+	In      string `json:"in"`
+	Out     string `json:"out,omitempty"`
+	Groups  int    `json:"groups"`
+	Records int    `json:"records"`
+
+	Verifier            string `json:"verifier"`
+	ConfidenceEstimator string `json:"confidence_estimator"`
+	ConfidenceScope     string `json:"confidence_scope"`
+	// ScopeFallbacks counts records scored on the whole completion because
+	// the answer scope could not be applied.
+	ScopeFallbacks int `json:"scope_fallbacks"`
+	// TeacherForced counts records whose log-probs came from TeacherForce.
+	TeacherForced int    `json:"teacher_forced"`
+	Advantage     string `json:"advantage"`
+
+	// Reward is the chosen reward; Binary is the binary baseline on the same
+	// completions, side by side (compare their zero-std fractions).
+	Reward   confclip.RewardStats  `json:"reward"`
+	Binary   confclip.RewardStats  `json:"binary"`
+	Outcomes confclip.OutcomeStats `json:"outcomes"`
+	// Calibration of confidence against correctness, over the records that
+	// have a confidence; nil when none has.
+	Calibration *confclip.Calibration `json:"calibration,omitempty"`
+	// MaskedTruncated counts advantages zeroed by advantage.mask_truncated.
+	MaskedTruncated int `json:"masked_truncated"`
+
+	Skipped Skipped `json:"skipped"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Skipped counts what SkipBad left out.
+type Skipped struct {
+	Records int            `json:"records"` // records left out (bad, or in a bad group)
+	Groups  int            `json:"groups"`  // groups left out for their size
+	Reasons map[string]int `json:"reasons,omitempty"`
+	// Examples are the first few messages, with file and line.
+	Examples []string `json:"examples,omitempty"`
+}
+
+const maxSkipExamples = 20
+
+func (s *Skipped) add(kind string, n int, err error) {
+	s.Records += n
+	if s.Reasons == nil {
+		s.Reasons = map[string]int{}
+	}
+	s.Reasons[kind] += n
+	if len(s.Examples) < maxSkipExamples {
+		s.Examples = append(s.Examples, err.Error())
+	}
+}
+
+// Reasons a record or group is bad, the keys of Skipped.Reasons.
+const (
+	badJSON      = "malformed line"
+	badRecord    = "invalid record"
+	badLogprobs  = "no log-probs"
+	badVerifier  = "verifier error"
+	badGroupSize = "group of unequal size"
+)
+
+// scoreRecord is one rollout on its way through Score.
+type scoreRecord struct {
+	rec    dataset.Rollout
+	line   int
+	bad    error // set when the record is to be dropped
+	kind   string
+	forced bool
+
+	verifier string
+	result   verifiers.Result
+	format   float64
+	out      *dataset.Scored
+}
+
+// scorer holds what Score resolved from its options.
+type scorer struct {
+	opts       ScoreOptions
+	reward     confclip.Reward
+	estimator  confclip.ConfidenceEstimator
+	advantage  confclip.AdvantageFunc
+	shaping    confclip.Shaping
+	verifiers  map[string]verifiers.Verifier
+	format     verifiers.Verifier
+	skipped    Skipped
+	needLength bool
+}
+
+// Score verifies a file of rollouts and computes each completion's
+// confidence, reward and advantage (docs/method.md), writing scored records
+// in input order. Groups are the records of one prompt_id, in order of first
+// appearance, and must all have the same size. Errors name file and line.
+func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
+	start := time.Now()
+	s, err := newScorer(opts)
+	if err != nil {
+		return Summary{}, err
+	}
+	recs, err := s.read()
+	if err != nil {
+		return Summary{}, err
+	}
+	forced, err := s.teacherForce(ctx, recs)
+	if err != nil {
+		return Summary{}, err
+	}
+	if err := s.verify(ctx, recs); err != nil {
+		return Summary{}, err
+	}
+	recs = dropBad(recs)
+	groups, err := s.group(recs)
+	if err != nil {
+		return Summary{}, err
+	}
+	recs = dropBad(recs) // the groups of the wrong size
+	if len(recs) == 0 {
+		return Summary{}, fmt.Errorf("%s: no records to score", opts.In)
+	}
+	out, sum := s.score(recs, groups)
+	sum.TeacherForced = forced
+	if opts.Out != "" {
+		if err := writeScored(opts.Out, out); err != nil {
+			return Summary{}, err
+		}
+	}
+	sum.Seconds = time.Since(start).Seconds()
+	return sum, nil
+}
+
+func newScorer(opts ScoreOptions) (*scorer, error) {
+	s := &scorer{opts: opts, verifiers: map[string]verifiers.Verifier{}}
+	var err error
+	rc := opts.Reward
+	if s.reward, err = confclip.NewReward(rc.Method, confclip.RewardParams{Weight: rc.Weight, Lo: rc.Lo, Hi: rc.Hi, Eps: rc.Eps, Lambda: rc.Lambda}); err != nil {
+		return nil, err
+	}
+	if s.estimator, err = confclip.LookupConfidence(opts.Confidence.Estimator); err != nil {
+		return nil, err
+	}
+	if s.estimator.NeedsEntropies && opts.Confidence.Vocab < 2 {
+		return nil, fmt.Errorf("confidence.estimator %q needs the vocabulary size (confidence.vocab)", s.estimator.Name)
+	}
+	if err := confclip.CheckScope(opts.Confidence.Scope); err != nil {
+		return nil, err
+	}
+	if s.advantage, err = confclip.LookupAdvantage(opts.Advantage.Estimator); err != nil {
+		return nil, err
+	}
+	s.shaping = confclip.Shaping{FormatWeight: rc.FormatWeight, Overlong: rc.Overlong, MaxLen: rc.MaxLen, CacheLen: rc.CacheLen}
+	if err := s.shaping.Check(); err != nil {
+		return nil, err
+	}
+	s.needLength = rc.Overlong
+	if rc.FormatWeight != 0 {
+		fo := VerifierOptions(opts.Verifier)
+		fo.Pattern = rc.FormatPattern
+		if s.format, err = verifiers.New("format", fo); err != nil {
+			return nil, fmt.Errorf("reward.format_weight: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// fail records a bad record or input: with SkipBad it is counted and Score
+// goes on, otherwise it is the error Score returns.
+func (s *scorer) fail(kind string, n int, err error) error {
+	if !s.opts.SkipBad {
+		return err
+	}
+	s.skipped.add(kind, n, err)
+	return nil
+}
+
+// read decodes and checks every record.
+func (s *scorer) read() ([]*scoreRecord, error) {
+	f, err := os.Open(s.opts.In)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := dataset.NewReader(f, s.opts.In)
+	var recs []*scoreRecord
+	for {
+		sr := &scoreRecord{}
+		err := r.Next(&sr.rec)
+		if err == io.EOF {
+			return recs, nil
+		}
+		if le := (*dataset.LineError)(nil); errors.As(err, &le) {
+			if err := s.fail(badJSON, 1, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		sr.line = r.Line()
+		if kind, err := s.check(sr); err != nil {
+			if err := s.fail(kind, 1, s.lineError(sr, err)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		recs = append(recs, sr)
+	}
+}
+
+func (s *scorer) lineError(sr *scoreRecord, err error) error {
+	return &dataset.LineError{File: s.opts.In, Line: sr.line, Err: err}
+}
+
+// check validates one record and resolves its verifier.
+func (s *scorer) check(sr *scoreRecord) (kind string, err error) {
+	r := &sr.rec
+	if r.Schema != "" && r.Schema != dataset.SchemaRollout {
+		return badRecord, fmt.Errorf("schema %q, want %q", r.Schema, dataset.SchemaRollout)
+	}
+	if r.PromptID == "" {
+		return badRecord, errors.New("missing prompt_id")
+	}
+	if r.Answer == "" {
+		return badRecord, fmt.Errorf("prompt %q: missing reference answer", r.PromptID)
+	}
+	if err := checkTokens(r); err != nil {
+		return badRecord, fmt.Errorf("prompt %q sample %d: %w", r.PromptID, r.Sample, err)
+	}
+	if s.needLength && tokenCount(r) < 0 && s.opts.TeacherForce == nil {
+		return badRecord, fmt.Errorf("prompt %q sample %d: reward.overlong needs token counts and the record has no tokens", r.PromptID, r.Sample)
+	}
+	if s.reward.NeedsConfidence && !s.hasConfidenceInput(r) && s.opts.TeacherForce == nil {
+		return badLogprobs, s.noLogprobs(r)
+	}
+	sr.verifier = r.Verifier
+	if sr.verifier == "" {
+		sr.verifier = s.opts.Verifier.Name
+	}
+	if _, ok := s.verifiers[sr.verifier]; !ok {
+		v, err := verifiers.New(sr.verifier, VerifierOptions(s.opts.Verifier))
+		if err != nil {
+			return badRecord, fmt.Errorf("prompt %q: %w", r.PromptID, err)
+		}
+		s.verifiers[sr.verifier] = v
+	}
+	return "", nil
+}
+
+func (s *scorer) noLogprobs(r *dataset.Rollout) error {
+	what := "log-probs"
+	if s.estimator.NeedsEntropies {
+		what = "entropies"
+	}
+	return fmt.Errorf("prompt %q sample %d has no %s; the %s reward needs the confidence %s reads: "+
+		"teacher-force the completions with a model (--model) or use the binary reward",
+		r.PromptID, r.Sample, what, s.reward.Name, s.estimator.Name)
+}
+
+// hasConfidenceInput reports whether the record carries what the estimator reads.
+func (s *scorer) hasConfidenceInput(r *dataset.Rollout) bool {
+	if s.estimator.NeedsEntropies {
+		return len(r.Entropies) > 0
+	}
+	return len(r.Logprobs) > 0
+}
+
+// checkTokens checks that the per-token arrays agree in length and that the
+// token offsets are non-decreasing byte offsets into Text.
+func checkTokens(r *dataset.Rollout) error {
+	n := tokenCount(r)
+	for _, a := range []struct {
+		name string
+		len  int
+	}{{"tokens", len(r.Tokens)}, {"logprobs", len(r.Logprobs)}, {"sampling_logprobs", len(r.SamplingLogprobs)}, {"entropies", len(r.Entropies)}, {"token_offsets", len(r.TokenOffsets)}} {
+		if a.len != 0 && a.len != n {
+			return fmt.Errorf("%s has %d entries but the completion has %d tokens", a.name, a.len, n)
+		}
+	}
+	prev := 0
+	for i, o := range r.TokenOffsets {
+		if o < prev || o > len(r.Text) {
+			return fmt.Errorf("token_offsets[%d] = %d: want non-decreasing offsets within the %d bytes of text", i, o, len(r.Text))
+		}
+		prev = o
+	}
+	return nil
+}
+
+// tokenCount is the completion length in tokens, or -1 when unknown.
+func tokenCount(r *dataset.Rollout) int {
+	switch {
+	case len(r.Tokens) > 0:
+		return len(r.Tokens)
+	case len(r.Logprobs) > 0:
+		return len(r.Logprobs)
+	case len(r.Entropies) > 0:
+		return len(r.Entropies)
+	}
+	return -1
+}
+
+// teacherForce fills in the log-probs of records that came without them.
+func (s *scorer) teacherForce(ctx context.Context, recs []*scoreRecord) (int, error) {
+	if s.opts.TeacherForce == nil {
+		return 0, nil
+	}
+	var need []*dataset.Rollout
+	var srs []*scoreRecord
+	for _, sr := range recs {
+		if len(sr.rec.Logprobs) == 0 {
+			need = append(need, &sr.rec)
+			srs = append(srs, sr)
+		}
+	}
+	if len(need) == 0 {
+		return 0, nil
+	}
+	if err := s.opts.TeacherForce(ctx, need); err != nil {
+		return 0, fmt.Errorf("teacher forcing %d records of %s: %w", len(need), s.opts.In, err)
+	}
+	for _, sr := range srs {
+		sr.forced = true
+		if err := checkTokens(&sr.rec); err != nil {
+			return 0, s.lineError(sr, fmt.Errorf("after teacher forcing: %w", err))
+		}
+		if s.reward.NeedsConfidence && !s.hasConfidenceInput(&sr.rec) {
+			return 0, s.lineError(sr, s.noLogprobs(&sr.rec))
+		}
+		if s.needLength && tokenCount(&sr.rec) < 0 {
+			return 0, s.lineError(sr, errors.New("after teacher forcing: no tokens, and reward.overlong needs token counts"))
+		}
+	}
+	return len(need), nil
+}
+
+// verify runs the verifiers (and the format verifier for shaping) over the
+// records, several at a time.
+func (s *scorer) verify(ctx context.Context, recs []*scoreRecord) error {
+	workers := s.opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan *scoreRecord)
+	var wg sync.WaitGroup
+	for range min(workers, max(len(recs), 1)) {
+		wg.Go(func() {
+			for sr := range next {
+				s.verifyOne(ctx, sr)
+			}
+		})
+	}
+	for _, sr := range recs {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- sr
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, sr := range recs {
+		if sr.bad != nil && sr.kind == badVerifier {
+			if err := s.fail(badVerifier, 1, sr.bad); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *scorer) verifyOne(ctx context.Context, sr *scoreRecord) {
+	r := &sr.rec
+	res, err := s.verifiers[sr.verifier].Verify(ctx, r.Text, r.Answer)
+	if err == nil && s.format != nil {
+		var f verifiers.Result
+		f, err = s.format.Verify(ctx, r.Text, r.Answer)
+		sr.format = f.Score
+	}
+	if err != nil {
+		sr.bad, sr.kind = s.lineError(sr, fmt.Errorf("prompt %q sample %d: verifier %s: %w", r.PromptID, r.Sample, sr.verifier, err)), badVerifier
+		return
+	}
+	sr.result = res
+}
+
+// dropBad removes the records marked bad (already counted).
+func dropBad(recs []*scoreRecord) []*scoreRecord {
+	kept := recs[:0]
+	for _, sr := range recs {
+		if sr.bad == nil {
+			kept = append(kept, sr)
+		}
+	}
+	return kept
+}
+
+// group splits records by prompt_id in order of first appearance and checks
+// that all groups have the size most of them have; the records of a group of
+// another size are marked bad.
+func (s *scorer) group(recs []*scoreRecord) ([][]*scoreRecord, error) {
+	index := map[string]int{}
+	var groups [][]*scoreRecord
+	for _, sr := range recs {
+		g, ok := index[sr.rec.PromptID]
+		if !ok {
+			g = len(groups)
+			index[sr.rec.PromptID] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], sr)
+	}
+	// The expected size is the commonest, ties going to the first seen.
+	count := map[int]int{}
+	want := 0
+	for _, g := range groups {
+		count[len(g)]++
+		if count[len(g)] > count[want] {
+			want = len(g)
+		}
+	}
+	kept := groups[:0]
+	for _, g := range groups {
+		if len(g) == want {
+			kept = append(kept, g)
+			continue
+		}
+		first := g[0]
+		err := s.lineError(first, fmt.Errorf("group of prompt %q has %d completions, want %d as in %d of %d groups",
+			first.rec.PromptID, len(g), want, count[want], len(groups)))
+		if err := s.fail(badGroupSize, len(g), err); err != nil {
+			return nil, err
+		}
+		s.skipped.Groups++
+		for _, sr := range g {
+			sr.bad, sr.kind = err, badGroupSize
+		}
+	}
+	return kept, nil
+}
+
+// score computes confidence, reward and advantage group by group.
+func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset.Scored, Summary) {
+	o := s.opts
+	sum := Summary{
+		In: o.In, Out: o.Out, Groups: len(groups),
+		Verifier: o.Verifier.Name, ConfidenceEstimator: s.estimator.Name, ConfidenceScope: o.Confidence.Scope,
+		Advantage: o.Advantage.Estimator,
+	}
+	rewards := make([][]float64, len(groups))
+	binary := make([][]float64, len(groups))
+	correct := make([][]bool, len(groups))
+	lengths := make([][]int, len(groups))
+	var confs []float64
+	var confCorrect []bool
+	for gi, g := range groups {
+		n := len(g)
+		v, c, format := make([]float64, n), make([]float64, n), make([]float64, n)
+		correct[gi], lengths[gi] = make([]bool, n), make([]int, n)
+		truncated := make([]bool, n)
+		for j, sr := range g {
+			sc := s.scored(sr)
+			sr.out = sc
+			v[j], format[j] = sc.VerifierResult.Score, sr.format
+			c[j] = sc.Confidence
+			correct[gi][j] = sc.VerifierResult.Correct
+			lengths[gi][j] = tokenCount(&sr.rec)
+			truncated[j] = sr.rec.Finish == dataset.FinishLength
+			if s.hasConfidenceInput(&sr.rec) {
+				confs = append(confs, sc.Confidence)
+				confCorrect = append(confCorrect, sc.VerifierResult.Correct)
+				if sc.ConfidenceScope != o.Confidence.Scope {
+					sum.ScopeFallbacks++
+				}
+			}
+		}
+		r, a := make([]float64, n), make([]float64, n)
+		s.reward.Group(r, v, c)
+		s.shaping.Apply(r, format, lengths[gi])
+		s.advantage(a, r)
+		if o.Advantage.MaskTruncated {
+			confclip.MaskTruncated(a, truncated)
+			for _, t := range truncated {
+				if t {
+					sum.MaskedTruncated++
+				}
+			}
+		}
+		for j, sr := range g {
+			sr.out.Reward, sr.out.Advantage = r[j], a[j]
+		}
+		rewards[gi] = r
+		binary[gi] = make([]float64, n)
+		confclip.Binary(binary[gi], v)
+	}
+	out := make([]*dataset.Scored, len(recs))
+	for i, sr := range recs {
+		out[i] = sr.out
+	}
+	sum.Records = len(out)
+	sum.Reward = confclip.RewardStatsOf(s.reward.Name, rewards)
+	sum.Binary = confclip.RewardStatsOf("binary", binary)
+	sum.Outcomes = confclip.OutcomeStatsOf(correct, lengths)
+	if len(confs) > 0 {
+		cal := confclip.Calibrate(confs, confCorrect)
+		sum.Calibration = &cal
+	}
+	sum.Skipped = s.skipped
+	return out, sum
+}
+
+// scored builds a record's output with its verdict and confidence.
+func (s *scorer) scored(sr *scoreRecord) *dataset.Scored {
+	r, res := &sr.rec, sr.result
+	sc := &dataset.Scored{
+		Rollout: *r,
+		VerifierResult: dataset.VerifierResult{
+			Name: sr.verifier, Score: res.Score, Correct: res.Correct,
+			Extracted: res.Extracted, Reason: res.Reason,
+		},
+	}
+	if res.Start >= 0 && res.End >= res.Start {
+		sc.VerifierResult.AnswerSpan = []int{res.Start, res.End}
+	}
+	if sc.Schema == "" || sc.Schema == dataset.SchemaRollout {
+		sc.Schema = dataset.SchemaScored
+	}
+	if !s.hasConfidenceInput(r) {
+		sc.ConfidenceScope = "none (no log-probs)"
+		return sc
+	}
+	lo, hi := 0, tokenCount(r)
+	sc.ConfidenceScope = confclip.ScopeCompletion
+	if s.opts.Confidence.Scope == confclip.ScopeAnswer {
+		var reason string
+		switch {
+		case res.Start < 0:
+			reason = "nothing extracted"
+		case len(r.TokenOffsets) == 0:
+			reason = "no token offsets"
+		default:
+			var ok bool
+			if lo, hi, ok = confclip.AnswerTokens(r.TokenOffsets, len(r.Text), res.Start, res.End); ok {
+				sc.ConfidenceScope = confclip.ScopeAnswer
+			} else {
+				lo, hi, reason = 0, tokenCount(r), "no token overlaps the answer span"
+			}
+		}
+		if reason != "" {
+			sc.ConfidenceScope = confclip.ScopeCompletion + " (fallback: " + reason + ")"
+		}
+	}
+	sc.Confidence = s.estimator.Estimate(span(r.Logprobs, lo, hi), span(r.Entropies, lo, hi), s.opts.Confidence.Vocab)
+	return sc
+}
+
+// span is a[lo:hi], or nil when a is absent.
+func span(a []float64, lo, hi int) []float64 {
+	if len(a) == 0 {
+		return nil
+	}
+	return a[lo:hi]
+}
+
+// writeScored writes the records through a temporary file renamed into place.
+func writeScored(path string, recs []*dataset.Scored) error {
+	w, err := dataset.Create(path)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := w.Write(r); err != nil {
+			w.Abort()
+			return err
+		}
+	}
+	return w.Commit()
+}
+
+// SortedReasons lists the skip reasons, commonest first (for printing).
+func (s Skipped) SortedReasons() []string {
+	keys := make([]string, 0, len(s.Reasons))
+	for k := range s.Reasons {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if s.Reasons[keys[i]] != s.Reasons[keys[j]] {
+			return s.Reasons[keys[i]] > s.Reasons[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
+}

@@ -1,0 +1,464 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/verifiers"
+)
+
+// testVerifier is a stand-in verifier owned by these tests, so that they do
+// not depend on the real verifiers' extraction rules: the answer is the text
+// after the last "= " (or the whole trimmed text), right when it equals the
+// reference.
+const testVerifier = "pipeline-test"
+
+func init() {
+	verifiers.Register(testVerifier, func(verifiers.Options) (verifiers.Verifier, error) { return answerAfterEquals{}, nil })
+}
+
+type answerAfterEquals struct{}
+
+func (answerAfterEquals) Verify(_ context.Context, completion, reference string) (verifiers.Result, error) {
+	start := 0
+	if i := strings.LastIndex(completion, "= "); i >= 0 {
+		start = i + 2
+	}
+	ans := strings.TrimSpace(completion[start:])
+	if ans == "" {
+		return verifiers.Result{Start: -1, End: -1, Reason: "nothing extracted"}, nil
+	}
+	start += strings.Index(completion[start:], ans)
+	ok := ans == reference
+	score := 0.0
+	if ok {
+		score = 1
+	}
+	return verifiers.Result{Score: score, Correct: ok, Extracted: ans, Start: start, End: start + len(ans)}, nil
+}
+
+func testOptions(in, out string) ScoreOptions {
+	o := NewScoreOptions(DefaultConfig(), in, out)
+	o.Verifier.Name = testVerifier
+	return o
+}
+
+func readScored(t *testing.T, path string) []dataset.Scored {
+	t.Helper()
+	recs, _, _, err := dataset.ReadFile[dataset.Scored](path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+const tol = 1e-5
+
+// want is the expected scoring of one record of testdata/examples.jsonl.
+type want struct {
+	v, c, r, a float64
+}
+
+// exampleWants are METHOD.md's worked examples 1 and 2 plus an all-wrong
+// group, by prompt id and sample, under confclip absolute + grpo.
+var exampleWants = map[string][]want{
+	"ex1": {{1, 0.8, 0.8, 1.00401}, {1, 0.5, 0.5, 0.61536}, {0, 0.9, -0.9, -1.19834}, {0, 0.3, -0.3, -0.42104}},
+	"ex2": {{1, 0.97, 0.95, 0.75377}, {1, 0.6, 0.6, -1.35679}, {1, 0.8, 0.8, -0.15075}, {1, 0.99, 0.95, 0.75377}},
+	// w = clip(c) = [0.2, 0.5, 0.9, 0.95], r = -w: the most confident wrong
+	// answers are pushed hardest.
+	"wrong": {{0, 0.1, -0.2, 1.234351}, {0, 0.5, -0.5, 0.387939}, {0, 0.9, -0.9, -0.740611}, {0, 0.99, -0.95, -0.88168}},
+}
+
+func TestScoreWorkedExamples(t *testing.T) {
+	in := filepath.Join("testdata", "examples.jsonl")
+	out := filepath.Join(t.TempDir(), "scored.jsonl")
+	sum, err := Score(context.Background(), testOptions(in, out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	input, _, _, err := dataset.ReadFile[dataset.Rollout](in, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readScored(t, out)
+	if len(got) != len(input) {
+		t.Fatalf("%d scored records, want %d", len(got), len(input))
+	}
+	for i, sc := range got {
+		if sc.PromptID != input[i].PromptID || sc.Sample != input[i].Sample {
+			t.Fatalf("record %d is %s/%d, want input order %s/%d", i, sc.PromptID, sc.Sample, input[i].PromptID, input[i].Sample)
+		}
+		w := exampleWants[sc.PromptID][sc.Sample]
+		id := fmt.Sprintf("%s/%d", sc.PromptID, sc.Sample)
+		for _, f := range []struct {
+			name      string
+			got, want float64
+		}{{"score", sc.VerifierResult.Score, w.v}, {"confidence", sc.Confidence, w.c}, {"reward", sc.Reward, w.r}, {"advantage", sc.Advantage, w.a}} {
+			if math.Abs(f.got-f.want) > tol {
+				t.Errorf("%s %s = %.6f, want %.6f", id, f.name, f.got, f.want)
+			}
+		}
+		if sc.VerifierResult.Correct != (w.v == 1) || sc.VerifierResult.Name != testVerifier {
+			t.Errorf("%s verifier result = %+v", id, sc.VerifierResult)
+		}
+		if sc.Schema != dataset.SchemaScored || sc.ConfidenceScope != "completion" || sc.Text != input[i].Text || len(sc.Logprobs) != 1 {
+			t.Errorf("%s: schema %q, scope %q, text %q, logprobs %v", id, sc.Schema, sc.ConfidenceScope, sc.Text, sc.Logprobs)
+		}
+	}
+
+	if sum.Groups != 3 || sum.Records != 12 || sum.Skipped.Records != 0 {
+		t.Errorf("summary: %d groups, %d records, %d skipped", sum.Groups, sum.Records, sum.Skipped.Records)
+	}
+	// Binary leaves ex2 (all right) and the all-wrong group without spread;
+	// ConfClip leaves none.
+	if sum.Binary.ZeroStdGroups != 2 || sum.Reward.ZeroStdGroups != 0 || sum.Reward.Method != "confclip" {
+		t.Errorf("zero-std groups: binary %d, %s %d; want 2 and 0", sum.Binary.ZeroStdGroups, sum.Reward.Method, sum.Reward.ZeroStdGroups)
+	}
+	o := sum.Outcomes
+	if o.Accuracy != 0.5 || o.PassAt1 != 0.5 || math.Abs(o.PassAtG-2.0/3) > 1e-12 || o.G != 4 || o.MeanTokensRight != 1 {
+		t.Errorf("outcomes = %+v", o)
+	}
+	if sum.Calibration == nil || sum.Calibration.N != 12 || !sum.Calibration.AUROCDefined {
+		t.Errorf("calibration = %+v", sum.Calibration)
+	}
+	if _, err := json.Marshal(sum); err != nil {
+		t.Errorf("summary does not encode: %v", err)
+	}
+}
+
+// TestScoreEstimators checks the other advantage estimators and the binary
+// reward through Score on the worked example 1 group.
+func TestScoreEstimators(t *testing.T) {
+	tests := []struct {
+		reward, adv string
+		ex1, ex2    []float64
+	}{
+		{"confclip", "dr_grpo", []float64{0.775, 0.475, -0.925, -0.325}, nil},
+		{"confclip", "rloo", []float64{1.03333, 0.63333, -1.23333, -0.43333}, nil},
+		{"binary", "grpo", []float64{0.86602, 0.86602, -0.86602, -0.86602}, []float64{0, 0, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.reward+"/"+tt.adv, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "scored.jsonl")
+			o := testOptions(filepath.Join("testdata", "examples.jsonl"), out)
+			o.Reward.Method, o.Advantage.Estimator = tt.reward, tt.adv
+			if _, err := Score(context.Background(), o); err != nil {
+				t.Fatal(err)
+			}
+			for _, sc := range readScored(t, out) {
+				var want []float64
+				switch sc.PromptID {
+				case "ex1":
+					want = tt.ex1
+				case "ex2":
+					want = tt.ex2
+				}
+				if want != nil && math.Abs(sc.Advantage-want[sc.Sample]) > tol {
+					t.Errorf("%s/%d: A = %.6f, want %.6f", sc.PromptID, sc.Sample, sc.Advantage, want[sc.Sample])
+				}
+			}
+		})
+	}
+}
+
+// writeJSONL writes records (or raw strings, written as they are) one a line.
+func writeJSONL(t *testing.T, path string, lines ...any) {
+	t.Helper()
+	var b strings.Builder
+	for _, l := range lines {
+		if s, ok := l.(string); ok {
+			b.WriteString(s)
+		} else {
+			j, err := json.Marshal(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Write(j)
+		}
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// textOnly is a completion produced elsewhere: no tokens, no log-probs.
+func textOnly(pid string, sample int, text, answer string) dataset.Rollout {
+	return dataset.Rollout{PromptID: pid, Prompt: "Q", Answer: answer, Sample: sample, Text: text}
+}
+
+func TestScoreTextOnly(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	writeJSONL(t, in, textOnly("a", 0, "x = 4", "4"), textOnly("a", 1, "x = 5", "4"))
+
+	// Binary needs no log-probs.
+	o := testOptions(in, filepath.Join(dir, "binary.jsonl"))
+	o.Reward.Method = "binary"
+	sum, err := Score(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Calibration != nil || sum.Outcomes.Accuracy != 0.5 {
+		t.Errorf("summary: calibration %+v, accuracy %v", sum.Calibration, sum.Outcomes.Accuracy)
+	}
+	if got := readScored(t, o.Out); got[0].ConfidenceScope != "none (no log-probs)" || got[0].Advantage <= 0 {
+		t.Errorf("scored = %+v", got[0])
+	}
+
+	// ConfClip without a model names the first record.
+	o = testOptions(in, filepath.Join(dir, "confclip.jsonl"))
+	_, err = Score(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), in+":1:") || !strings.Contains(err.Error(), "no log-probs") {
+		t.Errorf("confclip without log-probs: err = %v, want %s:1: ... no log-probs", err, in)
+	}
+	assertNoOutput(t, o.Out)
+
+	// With a teacher-forcing hook, the hook supplies them.
+	var forced int
+	o.TeacherForce = func(_ context.Context, recs []*dataset.Rollout) error {
+		for _, r := range recs {
+			forced++
+			r.Tokens = []int32{1, 2, 3}
+			r.TokenOffsets = []int{0, 2, 4}
+			r.Logprobs = []float64{-3, -3, math.Log(0.9)} // the answer token is 0.9
+		}
+		return nil
+	}
+	o.Confidence.Scope = "answer"
+	sum, err = Score(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if forced != 2 || sum.TeacherForced != 2 {
+		t.Errorf("teacher forced %d (summary %d), want 2", forced, sum.TeacherForced)
+	}
+	for _, sc := range readScored(t, o.Out) {
+		if sc.ConfidenceScope != "answer" || math.Abs(sc.Confidence-0.9) > 1e-12 || len(sc.VerifierResult.AnswerSpan) != 2 {
+			t.Errorf("%d: scope %q, confidence %v, span %v; want answer, 0.9", sc.Sample, sc.ConfidenceScope, sc.Confidence, sc.VerifierResult.AnswerSpan)
+		}
+	}
+}
+
+func TestScoreAnswerScopeFallback(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	rec := func(sample int, text string, offsets []int) dataset.Rollout {
+		r := textOnly("a", sample, text, "4")
+		r.Tokens, r.Logprobs, r.TokenOffsets = []int32{1, 2}, []float64{math.Log(0.5), math.Log(0.5)}, offsets
+		return r
+	}
+	writeJSONL(t, in, rec(0, "  ", []int{0, 1}), rec(1, "x = 4", nil), rec(2, "x = 4", []int{0, 2}))
+	o := testOptions(in, filepath.Join(dir, "out.jsonl"))
+	o.Confidence.Scope = "answer"
+	sum, err := Score(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantScope := []string{"completion (fallback: nothing extracted)", "completion (fallback: no token offsets)", "answer"}
+	for i, sc := range readScored(t, o.Out) {
+		if sc.ConfidenceScope != wantScope[i] || math.Abs(sc.Confidence-0.5) > 1e-12 {
+			t.Errorf("%d: scope %q, confidence %v; want %q, 0.5", i, sc.ConfidenceScope, sc.Confidence, wantScope[i])
+		}
+	}
+	if sum.ScopeFallbacks != 2 {
+		t.Errorf("scope fallbacks = %d, want 2", sum.ScopeFallbacks)
+	}
+}
+
+func TestScoreMaskTruncatedAndOverlong(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	rec := func(sample, tokens int, text, finish string) dataset.Rollout {
+		r := textOnly("a", sample, text, "4")
+		r.Tokens, r.Finish = make([]int32, tokens), finish
+		return r
+	}
+	writeJSONL(t, in, rec(0, 5, "x = 4", "stop"), rec(1, 9, "x = 4", "length"), rec(2, 5, "x = 5", "stop"))
+	o := testOptions(in, filepath.Join(dir, "out.jsonl"))
+	o.Reward.Method, o.Advantage.Estimator = "binary", "none"
+	o.Advantage.MaskTruncated = true
+	o.Reward.Overlong, o.Reward.MaxLen, o.Reward.CacheLen = true, 10, 4 // 9 tokens: (6-9)/4 = -0.75
+	sum, err := Score(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readScored(t, o.Out)
+	for i, w := range []struct{ r, a float64 }{{1, 1}, {0.25, 0}, {0, 0}} {
+		if math.Abs(got[i].Reward-w.r) > 1e-12 || math.Abs(got[i].Advantage-w.a) > 1e-12 {
+			t.Errorf("%d: r %v, A %v; want %v, %v", i, got[i].Reward, got[i].Advantage, w.r, w.a)
+		}
+	}
+	if sum.MaskedTruncated != 1 {
+		t.Errorf("masked %d, want 1", sum.MaskedTruncated)
+	}
+}
+
+func TestScoreBadInput(t *testing.T) {
+	good := func(pid string, sample int) dataset.Rollout {
+		r := textOnly(pid, sample, "x = 4", "4")
+		r.Tokens, r.Logprobs = []int32{1}, []float64{-0.1}
+		return r
+	}
+	noAnswer := good("b", 1)
+	noAnswer.Answer = ""
+	mismatch := good("b", 1)
+	mismatch.Logprobs = []float64{-0.1, -0.2}
+	unknown := good("b", 0)
+	unknown.Verifier = "no-such"
+	tests := []struct {
+		name    string
+		lines   []any
+		line    int
+		errHas  string
+		skipped int // records skipped with SkipBad
+		reason  string
+	}{
+		{"malformed line", []any{good("a", 0), `{"prompt_id": "a", "sample": `, good("a", 1)}, 2, "malformed JSON", 1, badJSON},
+		{"unequal group", []any{good("a", 0), good("a", 1), good("b", 0), good("c", 0), good("c", 1)}, 3, `prompt "b" has 1 completions, want 2`, 1, badGroupSize},
+		{"missing answer", []any{good("a", 0), good("a", 1), good("b", 0), noAnswer}, 4, "missing reference answer", 2, badGroupSize},
+		{"length mismatch", []any{good("a", 0), good("a", 1), good("b", 0), mismatch}, 4, "logprobs has 2 entries but the completion has 1 tokens", 2, badGroupSize},
+		{"unknown verifier", []any{good("a", 0), good("a", 1), unknown}, 3, `unknown verifier "no-such"`, 1, badRecord},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			in := filepath.Join(dir, "in.jsonl")
+			writeJSONL(t, in, tt.lines...)
+			o := testOptions(in, filepath.Join(dir, "out.jsonl"))
+			_, err := Score(context.Background(), o)
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%s:%d:", in, tt.line)) || !strings.Contains(err.Error(), tt.errHas) {
+				t.Fatalf("err = %v, want %s:%d: ...%s", err, in, tt.line, tt.errHas)
+			}
+			assertNoOutput(t, o.Out)
+
+			o.SkipBad = true
+			sum, err := Score(context.Background(), o)
+			if err != nil {
+				t.Fatalf("with SkipBad: %v", err)
+			}
+			if sum.Skipped.Records != tt.skipped || sum.Records+tt.skipped != len(tt.lines) {
+				t.Errorf("skipped %d, kept %d; want %d skipped of %d (%+v)", sum.Skipped.Records, sum.Records, tt.skipped, len(tt.lines), sum.Skipped)
+			}
+			if sum.Skipped.Reasons[tt.reason] == 0 || len(sum.Skipped.Examples) == 0 {
+				t.Errorf("skip reasons %v, want %q", sum.Skipped.Reasons, tt.reason)
+			}
+			if n := len(readScored(t, o.Out)); n != sum.Records {
+				t.Errorf("%d records written, summary says %d", n, sum.Records)
+			}
+		})
+	}
+}
+
+// assertNoOutput checks that a failed run left neither the output file nor
+// a temporary beside it.
+func assertNoOutput(t *testing.T, out string) {
+	t.Helper()
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("failed run left %s (stat: %v)", out, err)
+	}
+	tmps, _ := filepath.Glob(filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*"))
+	if len(tmps) > 0 {
+		t.Errorf("failed run left temporary files %v", tmps)
+	}
+}
+
+func TestScoreOptionsErrors(t *testing.T) {
+	in := filepath.Join("testdata", "examples.jsonl")
+	for _, tt := range []struct {
+		name   string
+		change func(*ScoreOptions)
+		errHas string
+	}{
+		{"reward", func(o *ScoreOptions) { o.Reward.Method = "nope" }, "unknown reward method"},
+		{"weight", func(o *ScoreOptions) { o.Reward.Weight = "nope" }, "unknown reward weight"},
+		{"clip", func(o *ScoreOptions) { o.Reward.Lo = 2 }, "reward.lo"},
+		{"estimator", func(o *ScoreOptions) { o.Confidence.Estimator = "nope" }, "unknown confidence estimator"},
+		{"vocab", func(o *ScoreOptions) { o.Confidence.Estimator = "neg_entropy" }, "confidence.vocab"},
+		{"scope", func(o *ScoreOptions) { o.Confidence.Scope = "nope" }, "unknown confidence scope"},
+		{"advantage", func(o *ScoreOptions) { o.Advantage.Estimator = "nope" }, "unknown advantage estimator"},
+		{"overlong", func(o *ScoreOptions) { o.Reward.Overlong = true }, "reward.max_len"},
+		{"missing file", func(o *ScoreOptions) { o.In = "testdata/nope.jsonl" }, "nope.jsonl"},
+	} {
+		o := testOptions(in, filepath.Join(t.TempDir(), "out.jsonl"))
+		tt.change(&o)
+		if _, err := Score(context.Background(), o); err == nil || !strings.Contains(err.Error(), tt.errHas) {
+			t.Errorf("%s: err = %v, want %q", tt.name, err, tt.errHas)
+		}
+	}
+}
+
+// TestScoreWithExact runs the examples through the real exact verifier once
+// it is registered.
+func TestScoreWithExact(t *testing.T) {
+	if _, err := verifiers.New("exact", VerifierOptions(DefaultConfig().Verifier)); err != nil {
+		t.Skip("exact verifier not registered yet:", err)
+	}
+	o := testOptions(filepath.Join("testdata", "examples.jsonl"), filepath.Join(t.TempDir(), "out.jsonl"))
+	o.Verifier.Name = "exact"
+	sum, err := Score(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Outcomes.Accuracy != 0.5 || sum.Binary.ZeroStdGroups != 2 || sum.Reward.ZeroStdGroups != 0 {
+		t.Errorf("with exact: accuracy %v, zero-std binary %d confclip %d", sum.Outcomes.Accuracy, sum.Binary.ZeroStdGroups, sum.Reward.ZeroStdGroups)
+	}
+}
+
+// BenchmarkScore times scoring without a model: 10,000 records of 256-token
+// completions in groups of 8, under ConfClip and under binary in the same run.
+func BenchmarkScore(b *testing.B) {
+	const records, tokens, group = 10_000, 256, 8
+	in := filepath.Join(b.TempDir(), "rollouts.jsonl")
+	f, err := os.Create(in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	enc := json.NewEncoder(f)
+	for i := range records {
+		r := dataset.Rollout{
+			Schema: dataset.SchemaRollout, PromptID: fmt.Sprintf("p%d", i/group), Prompt: "What is 6*7?", Answer: "42",
+			Sample: i % group, Tokens: make([]int32, tokens), Logprobs: make([]float64, tokens),
+			SamplingLogprobs: make([]float64, tokens), TokenOffsets: make([]int, tokens), Finish: dataset.FinishStop,
+		}
+		var text strings.Builder
+		for t := range tokens {
+			r.Tokens[t] = int32(1000 + (i*7+t*13)%30000)
+			r.Logprobs[t] = -float64((i+t)%17) / 8
+			r.SamplingLogprobs[t] = r.Logprobs[t]
+			r.TokenOffsets[t] = text.Len()
+			text.WriteString(" tok")
+		}
+		fmt.Fprintf(&text, " = %d", 41+i%3)
+		r.Text = text.String()
+		if err := enc.Encode(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+	name := testVerifier
+	if _, err := verifiers.New("exact", VerifierOptions(DefaultConfig().Verifier)); err == nil {
+		name = "exact"
+	}
+	for _, reward := range []string{"confclip", "binary"} {
+		b.Run(reward, func(b *testing.B) {
+			o := testOptions(in, filepath.Join(b.TempDir(), "scored.jsonl"))
+			o.Verifier.Name, o.Reward.Method = name, reward
+			for b.Loop() {
+				if _, err := Score(context.Background(), o); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(records*b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
