@@ -91,9 +91,9 @@ type Scored struct {
 
 // Provenance says where a training example came from.
 type Provenance struct {
-	ModelSHA256 string `json:"model_sha256,omitempty"`
-	Adapter     string `json:"adapter,omitempty"`
-	ConfigHash  string `json:"config_hash,omitempty"`
+	ModelSHA256 string `json:"model_sha256,omitempty" parquet:"model_sha256"`
+	Adapter     string `json:"adapter,omitempty" parquet:"adapter"`
+	ConfigHash  string `json:"config_hash,omitempty" parquet:"config_hash"`
 }
 
 // TrainExample is one completion ready for a policy-gradient step; the column

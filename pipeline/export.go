@@ -1,0 +1,362 @@
+package pipeline
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/confclip/confclip/dataset"
+)
+
+// Export formats.
+const (
+	FormatJSONL   = "jsonl"
+	FormatParquet = "parquet"
+)
+
+// ExportOptions configure Export.
+type ExportOptions struct {
+	In  string // scored records (JSONL)
+	Out string // training set, written atomically
+	// Format is FormatJSONL or FormatParquet; "" picks Parquet when Out ends
+	// in .parquet and JSONL otherwise.
+	Format string
+
+	// Model, when set, is the GGUF file the rollouts came from; its SHA-256
+	// goes into every example's provenance.
+	Model string
+	// Adapter is the LoRA adapter the rollouts were sampled with, recorded
+	// as given.
+	Adapter string
+	// ConfigJSON is the run's configuration as JSON; the SHA-256 of its
+	// canonical form (keys sorted, no spaces) is the provenance's config
+	// hash, so the same settings give the same hash however they were
+	// written. Nil leaves the hash empty.
+	ConfigJSON []byte
+
+	// SkipZeroStd drops the groups (records sharing a prompt_id) whose
+	// rewards are all equal: their advantages are all zero and they carry
+	// no gradient (DAPO's dynamic sampling; METHOD.md "Advantages").
+	SkipZeroStd bool
+}
+
+// ExportSummary says what Export wrote.
+type ExportSummary struct {
+	Out           string
+	Format        string
+	Records       int // scored records read
+	Groups        int // distinct prompt ids
+	ZeroStdGroups int // groups whose rewards are all equal
+	Dropped       int // records dropped with those groups (SkipZeroStd)
+	Examples      int // training examples written
+	Tokens        int // completion tokens written
+	// FromModelLogprobs counts records without sampling log-probs (teacher
+	// forced) whose old_logprobs are the model log-probs instead.
+	FromModelLogprobs int
+	Provenance        dataset.Provenance
+}
+
+// Export turns scored completions into training examples, one per record, in
+// input order (dataset.TrainExample): the prompt and completion token ids, a
+// completion mask of ones, the sequence's advantage and its per-token
+// broadcast, the sampling log-probs as old_logprobs, the reward, and the
+// provenance. Advantages are used as scoring left them: a completion that
+// scoring masked (advantage.mask_truncated) keeps its tokens in the mask with
+// advantage 0.
+//
+// A record without completion or prompt tokens is an error that names its
+// file and line: completions produced elsewhere need teacher forcing while
+// scoring first. The scored file is read whole (scoring holds it in memory
+// too); the output is written through a temporary file and renamed
+// into place, so a failed export leaves no partial file.
+func Export(opts ExportOptions) (ExportSummary, error) {
+	sum := ExportSummary{Out: opts.Out}
+	format, err := exportFormat(opts.Out, opts.Format)
+	if err != nil {
+		return sum, err
+	}
+	sum.Format = format
+	if sum.Provenance, err = newProvenance(opts); err != nil {
+		return sum, err
+	}
+
+	recs, lines, _, err := dataset.ReadFile[dataset.Scored](opts.In, false)
+	if err != nil {
+		return sum, err
+	}
+	sum.Records = len(recs)
+	zeroStd := zeroStdGroups(recs)
+	sum.Groups = len(zeroStd)
+	for _, zero := range zeroStd {
+		if zero {
+			sum.ZeroStdGroups++
+		}
+	}
+
+	w, err := createExampleWriter(opts.Out, format)
+	if err != nil {
+		return sum, err
+	}
+	for i := range recs {
+		rec := &recs[i]
+		if opts.SkipZeroStd && zeroStd[rec.PromptID] {
+			sum.Dropped++
+			continue
+		}
+		ex, fromModel, err := trainExample(rec, sum.Provenance)
+		if err != nil {
+			w.Abort()
+			return sum, &dataset.LineError{File: opts.In, Line: lines[i], Err: fmt.Errorf("prompt %q sample %d: %w", rec.PromptID, rec.Sample, err)}
+		}
+		if fromModel {
+			sum.FromModelLogprobs++
+		}
+		if err := w.Write(ex); err != nil {
+			w.Abort()
+			return sum, err
+		}
+		sum.Examples++
+		sum.Tokens += len(ex.CompletionIDs)
+	}
+	if err := w.Commit(); err != nil {
+		return sum, err
+	}
+	return sum, nil
+}
+
+// exportFormat checks format, or infers it from the output's extension.
+func exportFormat(out, format string) (string, error) {
+	switch format {
+	case FormatJSONL, FormatParquet:
+		return format, nil
+	case "":
+		if strings.EqualFold(filepath.Ext(out), ".parquet") {
+			return FormatParquet, nil
+		}
+		return FormatJSONL, nil
+	}
+	return "", fmt.Errorf("export format %q: want %s or %s", format, FormatJSONL, FormatParquet)
+}
+
+func newProvenance(opts ExportOptions) (dataset.Provenance, error) {
+	p := dataset.Provenance{Adapter: opts.Adapter}
+	if opts.Model != "" {
+		h, err := FileSHA256(opts.Model)
+		if err != nil {
+			return p, fmt.Errorf("hashing the model: %w", err)
+		}
+		p.ModelSHA256 = h
+	}
+	if opts.ConfigJSON != nil {
+		h, err := ConfigHash(opts.ConfigJSON)
+		if err != nil {
+			return p, err
+		}
+		p.ConfigHash = h
+	}
+	return p, nil
+}
+
+// FileSHA256 returns the hex SHA-256 of a file, read as a stream so that a
+// model of many gigabytes never sits in memory.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ConfigHash returns the hex SHA-256 of a JSON document in canonical form:
+// decoded and encoded again, which sorts object keys and drops spaces.
+// Numbers keep their text (json.Number), so no precision is lost on the way.
+func ConfigHash(configJSON []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(configJSON))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("config JSON: %w", err)
+	}
+	canon, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("config JSON: %w", err)
+	}
+	h := sha256.Sum256(canon)
+	return hex.EncodeToString(h[:]), nil
+}
+
+// zeroStdGroups reports, for each prompt id, whether all its records'
+// rewards are equal (zero standard deviation; a group of one counts, as its
+// advantage is 0 too).
+func zeroStdGroups(recs []dataset.Scored) map[string]bool {
+	first := map[string]float64{}
+	zero := map[string]bool{}
+	for _, rec := range recs {
+		if r0, seen := first[rec.PromptID]; !seen {
+			first[rec.PromptID], zero[rec.PromptID] = rec.Reward, true
+		} else if rec.Reward != r0 {
+			zero[rec.PromptID] = false
+		}
+	}
+	return zero
+}
+
+// trainExample builds the example for one scored record. fromModel reports
+// that the record had no sampling log-probs and the model log-probs stood in
+// for old_logprobs (teacher-forced completions, whose sampling distribution
+// is unknown; with temperature 1 and no truncation the two are equal).
+func trainExample(rec *dataset.Scored, prov dataset.Provenance) (ex dataset.TrainExample, fromModel bool, err error) {
+	n := len(rec.Tokens)
+	if n == 0 {
+		return ex, false, errors.New("no completion tokens: score with a model (teacher forcing) before exporting")
+	}
+	if len(rec.PromptTokens) == 0 {
+		return ex, false, errors.New("no prompt tokens: score with a model (teacher forcing) before exporting")
+	}
+	old := rec.SamplingLogprobs
+	if len(old) == 0 {
+		old, fromModel = rec.Logprobs, true
+	}
+	if len(old) != n {
+		return ex, false, fmt.Errorf("%d tokens but %d log-probs (sampling_logprobs, or logprobs when those are absent)", n, len(old))
+	}
+	mask := make([]int32, n)
+	adv := make([]float64, n)
+	for i := range n {
+		mask[i], adv[i] = 1, rec.Advantage
+	}
+	return dataset.TrainExample{
+		Schema:         dataset.SchemaTrain,
+		PromptID:       rec.PromptID,
+		Sample:         rec.Sample,
+		PromptIDs:      rec.PromptTokens,
+		CompletionIDs:  rec.Tokens,
+		CompletionMask: mask,
+		Advantage:      rec.Advantage,
+		Advantages:     adv,
+		OldLogprobs:    old,
+		Reward:         rec.Reward,
+		Provenance:     prov,
+	}, fromModel, nil
+}
+
+// exampleWriter writes training examples to a temporary file that Commit
+// renames into place and Abort removes.
+type exampleWriter interface {
+	Write(dataset.TrainExample) error
+	Commit() error
+	Abort()
+}
+
+func createExampleWriter(path, format string) (exampleWriter, error) {
+	if format == FormatParquet {
+		return createParquetWriter(path)
+	}
+	w, err := dataset.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return jsonlWriter{w}, nil
+}
+
+type jsonlWriter struct{ *dataset.Writer }
+
+func (w jsonlWriter) Write(ex dataset.TrainExample) error { return w.Writer.Write(ex) }
+
+// parquetWriter writes Parquet (zstd-compressed) to a temporary file beside
+// the target, renamed into place on Commit.
+type parquetWriter struct {
+	path string
+	tmp  *os.File
+	pw   *parquet.GenericWriter[dataset.TrainExample]
+	row  [1]dataset.TrainExample
+}
+
+func createParquetWriter(path string) (*parquetWriter, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	pw := parquet.NewGenericWriter[dataset.TrainExample](tmp,
+		parquet.Compression(&parquet.Zstd),
+		parquet.KeyValueMetadata("confclip.schema", dataset.SchemaTrain))
+	return &parquetWriter{path: path, tmp: tmp, pw: pw}, nil
+}
+
+func (w *parquetWriter) Write(ex dataset.TrainExample) error {
+	w.row[0] = ex
+	if _, err := w.pw.Write(w.row[:]); err != nil {
+		return fmt.Errorf("%s: %w", w.path, err)
+	}
+	return nil
+}
+
+func (w *parquetWriter) Commit() error {
+	err := w.pw.Close()
+	if err == nil {
+		err = w.tmp.Sync()
+	}
+	if cerr := w.tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(w.tmp.Name(), w.path)
+	}
+	if err != nil {
+		os.Remove(w.tmp.Name())
+		return fmt.Errorf("%s: %w", w.path, err)
+	}
+	return nil
+}
+
+func (w *parquetWriter) Abort() {
+	w.tmp.Close()
+	os.Remove(w.tmp.Name())
+}
+
+// parquetMagic opens and closes every Parquet file.
+var parquetMagic = []byte("PAR1")
+
+// ReadTrainExamples reads a training set written by Export, in either format
+// (Parquet is recognised by its magic bytes, whatever the file's name).
+// JSONL records of another schema are refused with their file and line.
+func ReadTrainExamples(path string) ([]dataset.TrainExample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	head := make([]byte, len(parquetMagic))
+	n, _ := io.ReadFull(f, head)
+	f.Close()
+	if n == len(head) && bytes.Equal(head, parquetMagic) {
+		exs, err := parquet.ReadFile[dataset.TrainExample](path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return exs, nil
+	}
+	exs, lines, _, err := dataset.ReadFile[dataset.TrainExample](path, false)
+	if err != nil {
+		return nil, err
+	}
+	for i, ex := range exs {
+		if ex.Schema != "" && ex.Schema != dataset.SchemaTrain {
+			return nil, &dataset.LineError{File: path, Line: lines[i], Err: fmt.Errorf("schema %q: want %q", ex.Schema, dataset.SchemaTrain)}
+		}
+	}
+	return exs, nil
+}
