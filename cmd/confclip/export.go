@@ -78,4 +78,3 @@ func runExport(c *cli.Context) error {
 	fmt.Fprintf(w, "provenance: model sha256 %s, adapter %s, config %s\n", orNone(p.ModelSHA256), orNone(p.Adapter), p.ConfigHash)
 	return nil
 }
-
