@@ -113,7 +113,8 @@ func (s *Sampler) Sample(logits []float32, rng *RNG) (Choice, error) {
 
 // truncate applies top-k, top-p and min-p, in that order, and returns the
 // surviving token ids in a deterministic order (best first after top-k), or
-// nil when no stage is active and every token of the row survives. w holds exp(logit - max) for the row.
+// nil when no stage is active and every token of the row survives. w holds
+// exp(logit - max) for the row.
 func (s *Sampler) truncate(logits []float32, w []float64, r rowStats) []int32 {
 	p := s.p
 	var cand []int32
