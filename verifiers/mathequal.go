@@ -107,7 +107,7 @@ func parseRelation(s string, depth int) (value, bool) {
 	if len(parts) < 2 {
 		return value{}, false
 	}
-	if isVariable(parts[0]) { // "x = y = 3": the last side is the value
+	if isVariable(parts[0]) || isVariableTuple(parts[0]) { // "x = y = 3": the last side is the value
 		return parseValue(parts[len(parts)-1], depth+1), true
 	}
 	if len(parts) != 2 {
@@ -135,9 +135,26 @@ func isVariable(s string) bool {
 	return p.failed == nil && p.pos == len(toks)
 }
 
+// isVariableTuple: "(x, y)", as in "(x, y) = (3, 4)".
+func isVariableTuple(s string) bool {
+	s = strings.TrimSpace(s)
+	if len(s) < 2 || s[0] != '(' || s[len(s)-1] != ')' {
+		return false
+	}
+	for _, p := range strings.Split(s[1:len(s)-1], ",") {
+		if !isVariable(p) {
+			return false
+		}
+	}
+	return true
+}
+
 func setOf(parts []string, depth int) value {
 	v := value{kind: vSet}
 	for _, p := range parts {
+		if strings.TrimSpace(p) == "" { // "1, 2, and 3"
+			continue
+		}
 		e := parseValue(p, depth+1)
 		if e.kind == vSet { // flatten: "\pm 3 or 0"
 			v.elems = append(v.elems, e.elems...)
@@ -206,6 +223,9 @@ func splitTop(s, sep string) []string {
 // enclosed reports whether the bracket opened by the first n bytes of s
 // closes only at its end, as in "(1, 2)" but not "(1)(2)".
 func enclosed(s string, n int) bool {
+	if len(s) < n || strings.IndexByte("([{", s[n-1]) < 0 {
+		return false
+	}
 	depth := 0
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
@@ -353,7 +373,8 @@ func (c *comparer) atPoints(a, b *node, same func(x, y complex128) bool) bool {
 	sort.Strings(names)
 	if len(names) == 0 {
 		x, y := eval(a, nil), eval(b, nil)
-		return defined(x) && defined(y) && same(x, y)
+		overflow := isInf(x) && !hasInf(a) || isInf(y) && !hasInf(b)
+		return defined(x) && defined(y) && !overflow && same(x, y)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	env := make(map[string]complex128, len(names))

@@ -38,6 +38,7 @@ const (
 	kPi
 	kE
 	kInf
+	kI // the imaginary unit
 	kAdd
 	kSub
 	kMul
@@ -397,6 +398,9 @@ func (p *parser) primary() *node {
 		if t.text == "e" && !p.isSym("_") {
 			return p.mk(kE)
 		}
+		if t.text == "i" && !p.isSym("_") {
+			return p.mk(kI)
+		}
 		n := p.mk(kVar)
 		n.name = t.text + p.subscript()
 		return n
@@ -440,13 +444,14 @@ func (p *parser) subscript() string {
 		return "_" + p.next().text
 	}
 	p.next()
+	// x_{1} and x_1 are the same name.
 	var b strings.Builder
-	b.WriteString("_{")
+	b.WriteString("_")
 	for p.pos < len(p.toks) && !p.isSym("}") {
 		b.WriteString(p.next().text)
 	}
 	p.expect("}")
-	return b.String() + "}"
+	return b.String()
 }
 
 func (p *parser) number(text string) *node {
@@ -520,11 +525,16 @@ func (p *parser) command(name string) *node {
 				base = p.group()
 			}
 		}
+		// "\sin(x)" takes the group; "\sin 2x" takes the product 2x,
+		// up to the next function: "\sin x \cos x" is sin(x)·cos(x).
 		var arg *node
 		if p.isSym("(") || p.isSym("{") {
 			arg = p.primary()
 		} else {
 			arg = p.power()
+			for t := p.peek(); p.failed == nil && p.startsPrimary(t) && !(t.kind == tCmd && functions[t.text]); t = p.peek() {
+				arg = p.mk(kMul, arg, p.power())
+			}
 		}
 		f := p.mk(kFunc, arg)
 		f.name = name
@@ -706,6 +716,8 @@ func eval(n *node, env map[string]complex128) complex128 {
 		return math.E
 	case kInf:
 		return complex(math.Inf(1), 0)
+	case kI:
+		return 1i
 	case kNeg:
 		return -eval(n.args[0], env)
 	case kAbs:
@@ -793,6 +805,20 @@ func evalFunc(n *node, a complex128, env map[string]complex128) complex128 {
 		return cmplx.Log10(a)
 	}
 	return cmplx.NaN()
+}
+
+// hasInf reports whether n mentions infinity, so that an overflow to Inf
+// (10^{100000}) is not taken for it.
+func hasInf(n *node) bool {
+	if n.kind == kInf {
+		return true
+	}
+	for _, a := range n.args {
+		if hasInf(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // vars adds the variable names in n to set.

@@ -14,13 +14,13 @@ import (
 // unicode symbols → commands).
 func normalizeMath(s string) string {
 	s = unicodeReplacer.Replace(s)
+	s = rewriteMatrices(s) // before the row separator \\ can be taken for spacing
 	s = thinThousandsRE.ReplaceAllString(s, "$1$2")
 	s = sizingRE.ReplaceAllString(s, "")
 	s = latexReplacer.Replace(s)
 	s = unwrapCommand(s, `\boxed`)
 	s = unwrapCommand(s, `\fbox`)
 	s = rewriteText(s)
-	s = rewriteMatrices(s)
 	s = fixFracSqrt(s)
 	s = strings.Join(strings.Fields(s), " ")
 	s = stripThousands(s)
@@ -34,7 +34,7 @@ var (
 	unicodeReplacer = strings.NewReplacer(
 		"−", "-", "×", `\times `, "·", `\cdot `, "÷", `\div `, "√", `\sqrt`,
 		"π", `\pi `, "∞", `\infty `, "±", `\pm `, "∓", `\mp `, "≤", `\le `,
-		"≥", `\ge `, "∪", `\cup `, "°", "", "\u00a0", " ", "，", ",", "²", "^2", "³", "^3",
+		"≥", `\ge `, "∪", `\cup `, "°", "", "\u00a0", " ", "，", ",", "²", "^2", "³", "^3", "∅", `\{\}`,
 	)
 	// "1\,000" and "1{,}000" group thousands in LaTeX.
 	thinThousandsRE = regexp.MustCompile(`(\d)(?:\\,|\{,\}|\\ )(\d{3})`)
@@ -159,7 +159,7 @@ func endsNumeric(s string) bool {
 		return false
 	}
 	c := s[len(s)-1]
-	return c >= '0' && c <= '9' || c == ')' || c == '}' || c == '%'
+	return c >= '0' && c <= '9' || c == ')' || c == '}' || c == '%' || strings.HasSuffix(s, `\pi`)
 }
 
 // singleLetterUnits are units short enough to be mistaken for a variable;
@@ -298,11 +298,11 @@ func fixFracSqrt(s string) string {
 	return b.String()
 }
 
-var thousandsRE = regexp.MustCompile(`\d{1,3}(?:,\d{3})+`)
+var thousandsRE = regexp.MustCompile(`\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+`)
 
-// stripThousands removes grouping commas ("1,234,567") outside brackets,
-// where a comma can only be a separator; inside brackets "(1,234)" stays a
-// pair.
+// stripThousands removes grouping commas and spaces ("1,234,567", "1 234")
+// outside brackets, where a comma can only be a separator; inside brackets
+// "(1,234)" stays a pair.
 func stripThousands(s string) string {
 	ms := thousandsRE.FindAllStringIndex(s, -1)
 	if ms == nil {
@@ -313,11 +313,11 @@ func stripThousands(s string) string {
 	for _, m := range ms {
 		a, e := m[0], m[1]
 		if (a > 0 && (isDigit(s[a-1]) || s[a-1] == '.' || s[a-1] == ',')) ||
-			(e < len(s) && (isDigit(s[e]) || s[e] == ',')) || bracketDepth(s[:a]) != 0 {
+			(e < len(s) && (isDigit(s[e]) || s[e] == ',' || s[e] == '/')) || bracketDepth(s[:a]) != 0 {
 			continue
 		}
 		b.WriteString(s[last:a])
-		b.WriteString(strings.ReplaceAll(s[a:e], ",", ""))
+		b.WriteString(strings.NewReplacer(",", "", " ", "").Replace(s[a:e]))
 		last = e
 	}
 	b.WriteString(s[last:])
@@ -340,12 +340,18 @@ func bracketDepth(s string) int {
 }
 
 // canonText is the text comparison of two normalised answers (tried first,
-// and the last resort when they do not parse): no blanks, lower case.
+// and the last resort when they do not parse): lower case, and blanks kept
+// only between two letters or digits ("x ^ 2" is "x^2", "1 2" is not "12").
 func canonText(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsSpace(r) {
-			return -1
+	var b strings.Builder
+	fields := strings.Fields(strings.ToLower(s))
+	for i, f := range fields {
+		if i > 0 && isAlnum(fields[i-1][len(fields[i-1])-1]) && isAlnum(f[0]) {
+			b.WriteByte(' ')
 		}
-		return unicode.ToLower(r)
-	}, s)
+		b.WriteString(f)
+	}
+	return b.String()
 }
+
+func isAlnum(c byte) bool { return isLetter(c) || isDigit(c) }
