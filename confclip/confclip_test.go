@@ -383,6 +383,7 @@ func TestRegistry(t *testing.T) {
 			t.Logf("%s: not found, skipped", doc)
 			continue
 		}
+		t.Logf("%s: %v", doc, found)
 		for key, names := range found {
 			if _, ours := methodNames[key]; !ours {
 				continue
@@ -403,12 +404,13 @@ func TestRegistry(t *testing.T) {
 
 var (
 	keyValue  = regexp.MustCompile("`([a-z_]+\\.[a-z_]+) = \"([a-z_]+)\"`")
-	keyList   = regexp.MustCompile("^`([a-z_]+\\.[a-z_]+)`:\\s*$")
+	keyList   = regexp.MustCompile("^`([a-z_]+\\.[a-z_]+)`[^`]*(`[a-z_]+`[^`]*)?:$")
 	bulletKey = regexp.MustCompile("^- `([a-z_]+)`")
 )
 
 // namesInDoc reads the config names a method document gives: `key = "name"`
-// anywhere, and "- `name`" bullets under a "`key`:" line.
+// anywhere, and "- `name`" bullets under a line that starts with `key` and
+// ends with a colon.
 func namesInDoc(t *testing.T, path string) map[string][]string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -419,7 +421,11 @@ func namesInDoc(t *testing.T, path string) map[string][]string {
 	list := ""
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
+		raw := sc.Text()
+		line := strings.TrimSpace(raw)
+		if line == "" || raw[0] == ' ' || raw[0] == '\t' {
+			continue // blank lines and a bullet's continuation keep the list open
+		}
 		for _, m := range keyValue.FindAllStringSubmatch(line, -1) {
 			found[m[1]] = append(found[m[1]], m[2])
 		}

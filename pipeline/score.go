@@ -364,7 +364,9 @@ func tokenCount(r *dataset.Rollout) int {
 	return -1
 }
 
-// teacherForce fills in the log-probs of records that came without them.
+// teacherForce fills in the log-probs (and entropies) of records that came
+// without what the confidence estimator reads, whatever the reward, so that
+// calibration can be reported for completions produced elsewhere too.
 func (s *scorer) teacherForce(ctx context.Context, recs []*scoreRecord) (int, error) {
 	if s.opts.TeacherForce == nil {
 		return 0, nil
@@ -372,7 +374,7 @@ func (s *scorer) teacherForce(ctx context.Context, recs []*scoreRecord) (int, er
 	var need []*dataset.Rollout
 	var srs []*scoreRecord
 	for _, sr := range recs {
-		if len(sr.rec.Logprobs) == 0 {
+		if len(sr.rec.Logprobs) == 0 || !s.hasConfidenceInput(&sr.rec) {
 			need = append(need, &sr.rec)
 			srs = append(srs, sr)
 		}
