@@ -30,12 +30,16 @@ func init() { Register("command", newCommand) }
 //     Correct means a score of 1.
 //
 // A timeout is a verdict (score 0, Reason "timeout after ..."), not an
-// error; a checker that cannot be started is an error.
+// error; a checker that is not found is an error from New.
 type commandVerifier struct{ opts Options }
 
 func newCommand(opts Options) (Verifier, error) {
 	if len(opts.Command) == 0 {
 		return nil, errors.New("command: set the checker's argv (verifier.command)")
+	}
+	// Found now rather than failing every verification later.
+	if _, err := exec.LookPath(opts.Command[0]); err != nil {
+		return nil, fmt.Errorf("command: %w", err)
 	}
 	return &commandVerifier{opts: opts}, nil
 }

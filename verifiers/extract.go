@@ -3,6 +3,7 @@ package verifiers
 import (
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -75,18 +76,36 @@ func trimSpan(s string, start, end int) (int, int) {
 // extractBoxed finds the last \boxed{...} or \fbox{...} with balanced braces
 // (or "\boxed 5" without them) and returns the span inside the braces.
 func extractBoxed(s string) (int, int, bool) {
-	for limit := len(s); limit > 0; {
-		i, name := lastOf(s[:limit], `\boxed`, `\fbox`)
-		if i < 0 {
-			return -1, -1, false
+	type box struct{ at, end int } // command start and end
+	var boxes []box
+	for _, name := range []string{`\boxed`, `\fbox`} {
+		for off := 0; ; {
+			i := strings.Index(s[off:], name)
+			if i < 0 {
+				break
+			}
+			boxes = append(boxes, box{off + i, off + i + len(name)})
+			off += i + len(name)
 		}
-		j := i + len(name)
+	}
+	sort.Slice(boxes, func(i, j int) bool { return boxes[i].at < boxes[j].at })
+	var closing []int // built on the first unclosed box, so that many stay linear
+	for n := len(boxes) - 1; n >= 0; n-- {
+		j := boxes[n].end
 		k := j
 		for k < len(s) && s[k] == ' ' {
 			k++
 		}
 		if k < len(s) && s[k] == '{' {
-			if c := matchBrace(s, k); c > 0 {
+			c := -1
+			if closing == nil {
+				if c = matchBrace(s, k); c < 0 {
+					closing = closingBraces(s)
+				}
+			} else {
+				c = closing[k]
+			}
+			if c > 0 {
 				return k + 1, c, true
 			}
 		} else if k > j { // "\boxed 5": up to the next blank or '$'
@@ -98,18 +117,8 @@ func extractBoxed(s string) (int, int, bool) {
 				return k, e, true
 			}
 		}
-		limit = i
 	}
 	return -1, -1, false
-}
-
-// lastOf returns the position of the last occurrence of either needle.
-func lastOf(s, a, b string) (int, string) {
-	i, j := strings.LastIndex(s, a), strings.LastIndex(s, b)
-	if j > i {
-		return j, b
-	}
-	return i, a
 }
 
 // matchBrace returns the index of the '}' that closes the '{' at open, or -1.
@@ -130,6 +139,28 @@ func matchBrace(s string, open int) int {
 		}
 	}
 	return -1
+}
+
+// closingBraces maps the index of every '{' to that of its '}' (-1 when
+// unclosed) in one pass, with matchBrace's rules.
+func closingBraces(s string) []int {
+	closing := make([]int, len(s))
+	var open []int
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '{':
+			closing[i] = -1
+			open = append(open, i)
+		case '}':
+			if n := len(open); n > 0 {
+				closing[open[n-1]] = i
+				open = open[:n-1]
+			}
+		}
+	}
+	return closing
 }
 
 // extractGSM8K takes the rest of the line after the last "####".

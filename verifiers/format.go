@@ -45,20 +45,17 @@ func (v *formatVerifier) Verify(ctx context.Context, completion, reference strin
 }
 
 func (v *formatVerifier) check(_ context.Context, completion, _ string) (Result, error) {
-	res := noAnswer("")
+	start, end := -1, -1
 	if v.opts.JSON {
-		start, end := jsonSpan(completion)
+		start, end = jsonSpan(completion)
 		if !json.Valid([]byte(completion[start:end])) {
-			res.Reason = "not a JSON value"
-			return res, nil
+			return noAnswer("not a JSON value"), nil
 		}
-		res.Start, res.End = start, end
 	}
 	if v.re != nil {
 		m := v.re.FindStringSubmatchIndex(completion)
 		if m == nil {
-			res.Reason = "does not match the pattern"
-			return res, nil
+			return noAnswer("does not match the pattern"), nil
 		}
 		g := 0
 		if i := v.re.SubexpIndex("answer"); i > 0 && m[2*i] >= 0 {
@@ -66,11 +63,9 @@ func (v *formatVerifier) check(_ context.Context, completion, _ string) (Result,
 		} else if len(m) > 2 && m[2] >= 0 {
 			g = 1
 		}
-		res.Start, res.End = m[2*g], m[2*g+1]
+		start, end = m[2*g], m[2*g+1]
 	}
-	res.Extracted = completion[res.Start:res.End]
-	res.Score, res.Correct, res.Reason = 1, true, "well formed"
-	return res, nil
+	return Result{Score: 1, Correct: true, Extracted: completion[start:end], Start: start, End: end, Reason: "well formed"}, nil
 }
 
 // jsonSpan is the completion without surrounding blanks and code fence.

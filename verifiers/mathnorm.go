@@ -21,7 +21,7 @@ func normalizeMath(s string) string {
 	s = unwrapCommand(s, `\boxed`)
 	s = unwrapCommand(s, `\fbox`)
 	s = rewriteText(s)
-	s = fixFracSqrt(s)
+	s = fixFracSqrt(s, 0)
 	s = strings.Join(strings.Fields(s), " ")
 	s = stripThousands(s)
 	s = strings.TrimSpace(strings.TrimRight(s, " .\\"))
@@ -242,7 +242,10 @@ func rewriteMatrices(s string) string {
 
 // fixFracSqrt gives every \frac two braced arguments and every \sqrt one:
 // "\frac12" → "\frac{1}{2}", "\frac\pi4" → "\frac{\pi}{4}", "\sqrt2" → "\sqrt{2}".
-func fixFracSqrt(s string) string {
+func fixFracSqrt(s string, depth int) string {
+	if depth > maxDepth { // the parser refuses it anyway
+		return s
+	}
 	var b strings.Builder
 	for i := 0; i < len(s); {
 		cmd, nargs := "", 0
@@ -277,7 +280,7 @@ func fixFracSqrt(s string) string {
 				if c < 0 {
 					c = len(s) - 1
 				}
-				b.WriteString("{" + fixFracSqrt(s[i+1:c]) + "}")
+				b.WriteString("{" + fixFracSqrt(s[i+1:c], depth+1) + "}")
 				i = c + 1
 			case s[i] == '\\': // a command argument: \frac\pi2
 				j := i + 1

@@ -1,0 +1,70 @@
+package verifiers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+// gsm8kCompletions are typical GSM8K chains of thought (a few hundred bytes,
+// "#### N" at the end, thousands separators, some wrong).
+var gsm8kCompletions = [][2]string{
+	{"Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether in April and May.\n#### 72", "72"},
+	{"Weng earns 12/60 = $0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 = $10.\n#### 10", "10"},
+	{"In the beginning, Betty has only 100 / 2 = $50.\nBetty's grandparents gave her 15 * 2 = $30.\nThis means, Betty needs 100 - 50 - 30 - 15 = $5 more.\n#### 5", "5"},
+	{"The house cost 80,000 + 50,000 = $130,000.\nThe value rose by 80,000 * 1.5 = $120,000, so it is worth 200,000.\nProfit: 200,000 - 130,000 = 70,000\n#### 70,000", "70000"},
+	{"James writes 3*2 = 6 pages a week, so 6*52 = 312 pages a year. The answer is 624.", "624"},
+	{"He gets 10*0.5 = 5 extra, so he has 10 + 5 = 15 in total, which is the answer.", "15"},
+}
+
+// mathCompletions are MATH-style solutions with LaTeX final answers that
+// need normalisation, exact rationals, numeric or symbolic comparison.
+var mathCompletions = [][2]string{
+	{`We complete the square: $(x-3)^2 + (y+1)^2 = 25$, so the radius is $\boxed{5}$.`, "5"},
+	{`The probability is $\frac{6}{36} = \boxed{\dfrac{1}{6}}$.`, `\frac{1}{6}`},
+	{`Rationalising, $\frac{6}{\sqrt{3}} = \boxed{2\sqrt{3}}$.`, `2\sqrt3`},
+	{`Factoring gives $\boxed{(x-1)(x+1)}$.`, `x^2-1`},
+	{`The roots are $x = \frac{1 \pm \sqrt{5}}{2}$, i.e. $\boxed{\frac{1\pm\sqrt5}{2}}$.`, `\frac{1+\sqrt{5}}{2}, \frac{1-\sqrt{5}}{2}`},
+	{`So the solution set is $\boxed{(-\infty, -1) \cup (1, \infty)}$.`, `(-\infty,-1)\cup(1,\infty)`},
+	{`The point is $\boxed{\left( 3, \frac{\pi}{2} \right)}$.`, `\left(3,\frac{\pi}{2}\right)`},
+	{`Thus the area is $\boxed{36\pi \text{ cm}^2}$.`, `36\pi`},
+}
+
+func benchmarkMath(b *testing.B, cases [][2]string) {
+	v, err := New("math", Options{LastNumber: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range cases { // the benchmark is only meaningful if they are right
+		if res, err := v.Verify(ctx, c[0], c[1]); err != nil || !res.Correct {
+			b.Fatalf("%q: %+v %v", c[0], res, err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := cases[i%len(cases)]
+		if _, err := v.Verify(ctx, c[0], c[1]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "verifs/s")
+}
+
+// BenchmarkMathGSM8K: verifications per second on GSM8K-style completions.
+func BenchmarkMathGSM8K(b *testing.B) { benchmarkMath(b, gsm8kCompletions) }
+
+// BenchmarkMathMATH: verifications per second on MATH-style completions.
+func BenchmarkMathMATH(b *testing.B) { benchmarkMath(b, mathCompletions) }
+
+// BenchmarkMathRatio runs both in one process and prints how much slower a
+// MATH-style verification is than a GSM8K one.
+func BenchmarkMathRatio(b *testing.B) {
+	g := testing.Benchmark(func(b *testing.B) { benchmarkMath(b, gsm8kCompletions) })
+	m := testing.Benchmark(func(b *testing.B) { benchmarkMath(b, mathCompletions) })
+	ratio := float64(m.NsPerOp()) / float64(g.NsPerOp())
+	b.ReportMetric(ratio, "MATH/GSM8K-time")
+	fmt.Printf("GSM8K %.0f verifs/s, MATH %.0f verifs/s, MATH takes %.1fx as long\n",
+		1e9/float64(g.NsPerOp()), 1e9/float64(m.NsPerOp()), ratio)
+}
