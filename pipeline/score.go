@@ -127,11 +127,10 @@ const (
 
 // scoreRecord is one rollout on its way through Score.
 type scoreRecord struct {
-	rec    dataset.Rollout
-	line   int
-	bad    error // set when the record is to be dropped
-	kind   string
-	forced bool
+	rec  dataset.Rollout
+	line int
+	bad  error // set when the record is to be dropped
+	kind string
 
 	verifier string
 	result   verifiers.Result
@@ -386,7 +385,6 @@ func (s *scorer) teacherForce(ctx context.Context, recs []*scoreRecord) (int, er
 		return 0, fmt.Errorf("teacher forcing %d records of %s: %w", len(need), s.opts.In, err)
 	}
 	for _, sr := range srs {
-		sr.forced = true
 		if err := checkTokens(&sr.rec); err != nil {
 			return 0, s.lineError(sr, fmt.Errorf("after teacher forcing: %w", err))
 		}
