@@ -404,7 +404,9 @@ func (c *comparer) atPoints(a, b *node, same func(x, y complex128) bool) bool {
 	return valid >= minPoints
 }
 
-func defined(z complex128) bool { return !cmplx.IsNaN(z) && !math.IsNaN(real(z)) && !math.IsNaN(imag(z)) }
+func defined(z complex128) bool {
+	return !cmplx.IsNaN(z) && !math.IsNaN(real(z)) && !math.IsNaN(imag(z))
+}
 
 func isInf(z complex128) bool { return math.IsInf(real(z), 0) || math.IsInf(imag(z), 0) }
 

@@ -268,7 +268,9 @@ func TestGuard(t *testing.T) {
 		t.Errorf("timeout: %+v %v", res, err)
 	}
 	long := strings.Repeat("é", 100)
-	capped := func(_ context.Context, c, _ string) (Result, error) { return Result{Score: 7, Start: 0, End: len(c), Extracted: c}, nil }
+	capped := func(_ context.Context, c, _ string) (Result, error) {
+		return Result{Score: 7, Start: 0, End: len(c), Extracted: c}, nil
+	}
 	res, _ = guarded(context.Background(), Options{MaxBytes: 51}.withDefaults(), long, "", capped)
 	if res.End != 50 || res.Score != 1 {
 		t.Errorf("cap/clamp: end %d score %v", res.End, res.Score)
