@@ -70,9 +70,11 @@ FORCE:
 
 # The README's test command. Tests that need ../shared/models say so when it
 # is absent and do not count as passed.
+PKGS ?= ./...
+RUN  ?= .
 test: $(LIBS)
-	$(GO) vet ./...
-	$(GO) test $(GOFLAGS_LD) -count=1 -timeout 20m ./...
+	$(GO) vet $(PKGS)
+	$(GO) test $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RUN)' $(PKGS)
 
 bench: $(LIBS)
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 2x -timeout 30m ./...

@@ -12,6 +12,7 @@ package llama
 #cgo CXXFLAGS: -std=c++17 -I${SRCDIR}/../third_party/llama.cpp/llama/include -I${SRCDIR}/../third_party/llama.cpp/ggml/include
 #cgo LDFLAGS: -L${SRCDIR}/../build/lib -Wl,--start-group -lllama -lggml -lggml-cpu -lggml-base -Wl,--end-group -lstdc++ -lm -lgomp -ldl -lpthread
 #include <stdlib.h>
+#include <malloc.h>
 #include "llama.h"
 #include "ggml.h"
 #include "ggml-backend.h"
@@ -22,6 +23,13 @@ extern void confclipLog(int level, char *text);
 static void confclip_log_cb(enum ggml_log_level level, const char *text, void *ud) {
 	(void)ud;
 	confclipLog((int)level, (char *)text);
+}
+
+// A fixed mmap threshold keeps glibc from raising it after the first large
+// free: model and KV buffers then go back to the system when freed instead of
+// fragmenting the heap (loading and closing models would grow the RSS).
+static void confclip_malloc_setup(void) {
+	mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 }
 
 static void confclip_set_log(void) {
@@ -54,6 +62,7 @@ var initOnce sync.Once
 // Every entry point calls it; calling it directly is optional.
 func Init() {
 	initOnce.Do(func() {
+		C.confclip_malloc_setup()
 		C.confclip_set_log()
 		C.llama_backend_init()
 	})

@@ -34,9 +34,9 @@ func loadConfig(c *cli.Context) (pipeline.Config, error) {
 func newApp() *cli.App {
 	sort.Slice(commands, func(i, j int) bool { return commands[i].Name < commands[j].Name })
 	return &cli.App{
-		Name:                 "confclip",
-		Usage:                "RL with verifiable rewards and the ConfClip reward on GGUF models, through llama.cpp",
-		Flags:                []cli.Flag{configFlag, verboseFlag},
+		Name:  "confclip",
+		Usage: "RL with verifiable rewards and the ConfClip reward on GGUF models, through llama.cpp",
+		Flags: []cli.Flag{configFlag, verboseFlag},
 		Before: func(c *cli.Context) error {
 			if c.Bool("verbose") {
 				slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
