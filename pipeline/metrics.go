@@ -1,0 +1,261 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/confclip/confclip/dataset"
+)
+
+// StepMetrics is what one step of the run loop measured; MetricsLog writes
+// it as one JSON line and one CSV row. A float that could not be measured
+// (for example mean_tokens_right in a step with no right answer) is NaN in
+// Go, null in JSON and an empty cell in CSV.
+type StepMetrics struct {
+	Step int `json:"step"`
+	// Accuracy is the fraction of this step's training rollouts the
+	// verifier marked right.
+	Accuracy float64 `json:"accuracy"`
+	// EvalAccuracy is the greedy accuracy on the held-out prompts; nil in
+	// steps without an evaluation.
+	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"`
+	// MeanReward, RewardStd and ZeroStdFrac describe the chosen reward over
+	// the step's groups (METHOD.md "Group statistics"); ZeroStdFracBinary is
+	// the zero-std fraction the binary reward would have had on the same
+	// completions.
+	MeanReward        float64 `json:"mean_reward"`
+	RewardStd         float64 `json:"reward_std"`
+	ZeroStdFrac       float64 `json:"zero_std_frac"`
+	ZeroStdFracBinary float64 `json:"zero_std_frac_binary"`
+	// MeanTokens is the mean completion length in tokens, over all, right
+	// and wrong completions.
+	MeanTokens      float64 `json:"mean_tokens"`
+	MeanTokensRight float64 `json:"mean_tokens_right"`
+	MeanTokensWrong float64 `json:"mean_tokens_wrong"`
+	// Loss and GradNorm come from the training step.
+	Loss     float64 `json:"loss"`
+	GradNorm float64 `json:"grad_norm"`
+	// Wall-clock seconds of the stages and the whole step, and the rollout
+	// throughput in generated tokens per second.
+	RolloutS   float64 `json:"rollout_s"`
+	ScoreS     float64 `json:"score_s"`
+	TrainS     float64 `json:"train_s"`
+	StepS      float64 `json:"step_s"`
+	TokensPerS float64 `json:"tokens_per_s"`
+}
+
+// metricColumns are StepMetrics' JSON names in field order: the CSV header.
+var metricColumns = func() []string {
+	t := reflect.TypeFor[StepMetrics]()
+	cols := make([]string, t.NumField())
+	for i := range cols {
+		cols[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return cols
+}()
+
+// cells formats m's fields in column order; "" stands for a missing value
+// (a nil pointer, NaN or an infinity).
+func (m StepMetrics) cells() []string {
+	v := reflect.ValueOf(m)
+	out := make([]string, v.NumField())
+	for i := range out {
+		f := v.Field(i)
+		if f.Kind() == reflect.Pointer {
+			if f.IsNil() {
+				continue
+			}
+			f = f.Elem()
+		}
+		switch f.Kind() {
+		case reflect.Int:
+			out[i] = strconv.FormatInt(f.Int(), 10)
+		case reflect.Float64:
+			if x := f.Float(); !math.IsNaN(x) && !math.IsInf(x, 0) {
+				out[i] = strconv.FormatFloat(x, 'g', -1, 64)
+			}
+		default:
+			panic("pipeline: StepMetrics field of kind " + f.Kind().String())
+		}
+	}
+	return out
+}
+
+// MarshalJSON writes the fields in order, a missing float as null and a
+// missing eval_accuracy not at all (encoding/json refuses NaN).
+func (m StepMetrics) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, c := range m.cells() {
+		if c == "" && metricColumns[i] == "eval_accuracy" {
+			continue
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:", metricColumns[i])
+		if c == "" {
+			c = "null"
+		}
+		b.WriteString(c)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes; a null or absent float is NaN.
+func (m *StepMetrics) UnmarshalJSON(b []byte) error {
+	type plain StepMetrics // without the methods
+	p := plain(MissingMetrics())
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*m = StepMetrics(p)
+	return nil
+}
+
+// MissingMetrics is a StepMetrics with every float NaN and no evaluation: a
+// starting point in which only what was measured gets set.
+func MissingMetrics() StepMetrics {
+	var m StepMetrics
+	v := reflect.ValueOf(&m).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Float64 {
+			f.SetFloat(math.NaN())
+		}
+	}
+	return m
+}
+
+// Names of the files MetricsLog keeps in a run folder.
+const (
+	MetricsJSONL = "metrics.jsonl"
+	MetricsCSV   = "metrics.csv"
+)
+
+// MetricsLog records a run's per-step metrics in its folder: metrics.jsonl
+// gets one line per step, appended in a single write so that a killed run
+// never leaves half a record, and metrics.csv is rewritten whole (atomically)
+// after each step for spreadsheets and plotting tools.
+type MetricsLog struct {
+	dir  string
+	rows []StepMetrics
+	app  *dataset.Appender
+}
+
+// OpenMetricsLog opens runDir's metrics for appending. It keeps the rows
+// already there for steps up to lastStep and drops later ones, which a
+// resumed run is about to redo: a run resuming from the checkpoint of step k
+// passes k, a fresh run passes -1.
+func OpenMetricsLog(runDir string, lastStep int) (*MetricsLog, error) {
+	path := filepath.Join(runDir, MetricsJSONL)
+	if err := dataset.TruncatePartial(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	rows, err := ReadMetrics(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	keep := slices.DeleteFunc(slices.Clone(rows), func(m StepMetrics) bool { return m.Step > lastStep })
+	if len(keep) != len(rows) {
+		if err := writeMetricsJSONL(path, keep); err != nil {
+			return nil, err
+		}
+	}
+	app, err := dataset.OpenAppend(path)
+	if err != nil {
+		return nil, err
+	}
+	l := &MetricsLog{dir: runDir, rows: keep, app: app}
+	if err := l.writeCSV(); err != nil {
+		app.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Append records one step's metrics. Steps must increase.
+func (l *MetricsLog) Append(m StepMetrics) error {
+	if n := len(l.rows); n > 0 && m.Step <= l.rows[n-1].Step {
+		return fmt.Errorf("%s: step %d recorded after step %d", filepath.Join(l.dir, MetricsJSONL), m.Step, l.rows[n-1].Step)
+	}
+	if err := l.app.Write(m); err != nil {
+		return err
+	}
+	l.rows = append(l.rows, m)
+	return l.writeCSV()
+}
+
+// Rows are the steps recorded so far, kept ones included.
+func (l *MetricsLog) Rows() []StepMetrics { return slices.Clone(l.rows) }
+
+// Close closes metrics.jsonl.
+func (l *MetricsLog) Close() error { return l.app.Close() }
+
+func (l *MetricsLog) writeCSV() error {
+	return WriteFileAtomic(filepath.Join(l.dir, MetricsCSV), func(w io.Writer) error {
+		return WriteMetricsCSV(w, l.rows)
+	})
+}
+
+// WriteMetricsCSV writes a header of the JSON names and one row per step;
+// missing values are empty cells.
+func WriteMetricsCSV(w io.Writer, rows []StepMetrics) error {
+	cw := csv.NewWriter(w)
+	cw.Write(metricColumns)
+	for _, m := range rows {
+		cw.Write(m.cells())
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// ReadMetrics reads a metrics.jsonl file.
+func ReadMetrics(path string) ([]StepMetrics, error) {
+	rows, _, _, err := dataset.ReadFile[StepMetrics](path, false)
+	return rows, err
+}
+
+func writeMetricsJSONL(path string, rows []StepMetrics) error {
+	w, err := dataset.Create(path)
+	if err != nil {
+		return err
+	}
+	for _, m := range rows {
+		if err := w.Write(m); err != nil {
+			w.Abort()
+			return err
+		}
+	}
+	return w.Commit()
+}
+
+// WriteFileAtomic writes path through a temporary file in the same folder
+// that is renamed into place once write has succeeded, so that readers (and
+// a killed run) never see a half-written file.
+func WriteFileAtomic(path string, write func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	if err := write(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,172 @@
+package pipeline
+
+import (
+	"io"
+	"math"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// metric is one StepMetrics column as a plotted series.
+type metric struct {
+	name  string // the JSON name, used in file names
+	label string // legend and axis text
+	get   func(StepMetrics) float64
+}
+
+var (
+	metricAccuracy = metric{"accuracy", "train accuracy (sampled)", func(m StepMetrics) float64 { return m.Accuracy }}
+	metricEval     = metric{"eval_accuracy", "held-out accuracy (greedy)", func(m StepMetrics) float64 {
+		if m.EvalAccuracy == nil {
+			return math.NaN()
+		}
+		return *m.EvalAccuracy
+	}}
+	metricReward      = metric{"mean_reward", "mean reward", func(m StepMetrics) float64 { return m.MeanReward }}
+	metricZeroStd     = metric{"zero_std_frac", "zero-std groups (chosen reward)", func(m StepMetrics) float64 { return m.ZeroStdFrac }}
+	metricZeroStdBin  = metric{"zero_std_frac_binary", "zero-std groups (binary reward)", func(m StepMetrics) float64 { return m.ZeroStdFracBinary }}
+	metricTokens      = metric{"mean_tokens", "mean tokens (all)", func(m StepMetrics) float64 { return m.MeanTokens }}
+	metricTokensRight = metric{"mean_tokens_right", "mean tokens (right)", func(m StepMetrics) float64 { return m.MeanTokensRight }}
+	metricTokensWrong = metric{"mean_tokens_wrong", "mean tokens (wrong)", func(m StepMetrics) float64 { return m.MeanTokensWrong }}
+	metricLoss        = metric{"loss", "loss", func(m StepMetrics) float64 { return m.Loss }}
+)
+
+// chart is one PNG: a title, a y-axis label, a y range ([0, 0] = fit the
+// data) and the series drawn on it.
+type chart struct {
+	file, title, y string
+	ymin, ymax     float64
+	series         []metric
+}
+
+// runCharts are the plots Plot draws for one run.
+var runCharts = []chart{
+	{"accuracy.png", "Accuracy", "fraction right", 0, 1, []metric{metricAccuracy, metricEval}},
+	{"reward.png", "Mean reward", "reward", 0, 0, []metric{metricReward}},
+	{"zero_std.png", "Groups with zero reward std (no gradient)", "fraction of groups", 0, 1, []metric{metricZeroStd, metricZeroStdBin}},
+	{"tokens.png", "Completion length", "tokens", 0, 0, []metric{metricTokens, metricTokensRight, metricTokensWrong}},
+	{"loss.png", "Training loss", "loss", 0, 0, []metric{metricLoss}},
+}
+
+// compareCharts are the metrics PlotCompare draws, one PNG each.
+var compareCharts = []chart{
+	{"compare_eval_accuracy.png", "Held-out accuracy (greedy)", "fraction right", 0, 1, []metric{metricEval}},
+	{"compare_accuracy.png", "Train accuracy (sampled)", "fraction right", 0, 1, []metric{metricAccuracy}},
+	{"compare_mean_tokens.png", "Mean completion length", "tokens", 0, 0, []metric{metricTokens}},
+	{"compare_mean_reward.png", "Mean reward", "reward", 0, 0, []metric{metricReward}},
+	{"compare_zero_std_frac.png", "Groups with zero reward std", "fraction of groups", 0, 1, []metric{metricZeroStd}},
+}
+
+// Plot size.
+const (
+	plotWidth  = 6 * vg.Inch
+	plotHeight = 4 * vg.Inch
+)
+
+// Plot draws a run's metrics against the step as PNG files in dir:
+// accuracy.png (train and held-out), reward.png, zero_std.png (chosen and
+// binary reward), tokens.png (all, right and wrong completions) and
+// loss.png. Missing values (NaN, steps without an evaluation) are left
+// out. It returns the files' paths.
+func Plot(rows []StepMetrics, dir string) ([]string, error) {
+	var paths []string
+	for _, c := range runCharts {
+		p := c.newPlot()
+		for i, m := range c.series {
+			if err := addSeries(p, m.label, i, points(rows, m)); err != nil {
+				return paths, err
+			}
+		}
+		path := filepath.Join(dir, c.file)
+		if err := savePNG(p, path); err != nil {
+			return paths, err
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
+// PlotCompare draws experiment arms side by side, one PNG per metric in dir
+// (compare_eval_accuracy.png, compare_accuracy.png, compare_mean_tokens.png,
+// compare_mean_reward.png, compare_zero_std_frac.png) with one line per arm;
+// an arm keeps its colour across the files. It returns the files' paths.
+func PlotCompare(arms map[string][]StepMetrics, dir string) ([]string, error) {
+	names := make([]string, 0, len(arms))
+	for name := range arms {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var paths []string
+	for _, c := range compareCharts {
+		p := c.newPlot()
+		for i, name := range names {
+			if err := addSeries(p, name, i, points(arms[name], c.series[0])); err != nil {
+				return paths, err
+			}
+		}
+		path := filepath.Join(dir, c.file)
+		if err := savePNG(p, path); err != nil {
+			return paths, err
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
+func (c chart) newPlot() *plot.Plot {
+	p := plot.New()
+	p.Title.Text = c.title
+	p.X.Label.Text = "step"
+	p.Y.Label.Text = c.y
+	if c.ymin < c.ymax {
+		p.Y.Min, p.Y.Max = c.ymin, c.ymax
+	}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// points are the (step, value) pairs of one metric, missing values left out.
+func points(rows []StepMetrics, m metric) plotter.XYs {
+	var xys plotter.XYs
+	for _, r := range rows {
+		if y := m.get(r); !math.IsNaN(y) && !math.IsInf(y, 0) {
+			xys = append(xys, plotter.XY{X: float64(r.Step), Y: y})
+		}
+	}
+	return xys
+}
+
+// addSeries draws xys as a line with points in the i'th style, with a
+// legend entry; an empty series gets neither.
+func addSeries(p *plot.Plot, name string, i int, xys plotter.XYs) error {
+	if len(xys) == 0 {
+		return nil
+	}
+	l, s, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return err
+	}
+	l.Color, l.Dashes = plotutil.Color(i), plotutil.Dashes(i)
+	s.Color, s.Shape = plotutil.Color(i), plotutil.Shape(i)
+	p.Add(l, s)
+	p.Legend.Add(name, l, s)
+	return nil
+}
+
+// savePNG renders p and writes it to path atomically.
+func savePNG(p *plot.Plot, path string) error {
+	wt, err := p.WriterTo(plotWidth, plotHeight, "png")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(path, func(w io.Writer) error {
+		_, err := wt.WriteTo(w)
+		return err
+	})
+}

@@ -1,0 +1,67 @@
+package tasks
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/confclip/confclip/dataset"
+)
+
+// WritePrompts writes the problems as prompt records (dataset.Prompt, JSON
+// Lines, verifier "math") to path, atomically. Each record's meta holds the
+// op and the shortest and longest solutions' lengths in bytes.
+func WritePrompts(path string, ps []Problem) error {
+	w, err := dataset.Create(path)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		rec := dataset.Prompt{
+			Schema:   dataset.SchemaPrompt,
+			ID:       p.ID,
+			Prompt:   p.Prompt,
+			Answer:   p.Answer,
+			Verifier: Verifier,
+			Meta: map[string]any{
+				"op":           string(p.Op),
+				"shortest_len": len(p.Solutions[len(p.Solutions)-1]),
+				"longest_len":  len(p.Solutions[0]),
+			},
+		}
+		if err := w.Write(rec); err != nil {
+			w.Abort()
+			return err
+		}
+	}
+	return w.Commit()
+}
+
+// WriteCorpus writes the corpus texts one a line. Texts must not contain a
+// newline (those from Corpus never do).
+func WriteCorpus(w io.Writer, texts []string) error {
+	bw := bufio.NewWriter(w)
+	for i, t := range texts {
+		if strings.ContainsAny(t, "\r\n") {
+			return fmt.Errorf("corpus text %d contains a newline", i+1)
+		}
+		bw.WriteString(t)
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}
+
+// ReadCorpus reads texts written by WriteCorpus, one a line; blank lines are
+// skipped.
+func ReadCorpus(r io.Reader) ([]string, error) {
+	var texts []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if t := strings.TrimRight(sc.Text(), "\r"); t != "" {
+			texts = append(texts, t)
+		}
+	}
+	return texts, sc.Err()
+}
