@@ -138,6 +138,37 @@ func MissingMetrics() StepMetrics {
 	return m
 }
 
+// StepMetricsOf starts a step's metrics from the summary of scoring its
+// rollouts: accuracy, reward statistics, zero-std fractions (chosen and
+// binary), completion lengths and the scoring time. Training and timing
+// fields are left missing for the run loop to fill. The mean length of right
+// (or wrong) completions is missing when there are none, rather than 0.
+func StepMetricsOf(step int, s Summary) StepMetrics {
+	m := MissingMetrics()
+	m.Step = step
+	o := s.Outcomes
+	m.Accuracy = o.Accuracy
+	m.MeanReward, m.RewardStd = s.Reward.Mean, s.Reward.Std
+	m.ZeroStdFrac, m.ZeroStdFracBinary = s.Reward.ZeroStdFraction, s.Binary.ZeroStdFraction
+	right, wrong := float64(o.Correct), float64(o.Completions-o.Correct)
+	if right > 0 {
+		m.MeanTokensRight = o.MeanTokensRight
+	}
+	if wrong > 0 {
+		m.MeanTokensWrong = o.MeanTokensWrong
+	}
+	switch {
+	case right > 0 && wrong > 0:
+		m.MeanTokens = (right*o.MeanTokensRight + wrong*o.MeanTokensWrong) / (right + wrong)
+	case right > 0:
+		m.MeanTokens = o.MeanTokensRight
+	case wrong > 0:
+		m.MeanTokens = o.MeanTokensWrong
+	}
+	m.ScoreS = s.Seconds
+	return m
+}
+
 // Names of the files MetricsLog keeps in a run folder.
 const (
 	MetricsJSONL = "metrics.jsonl"
