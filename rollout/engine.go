@@ -1,0 +1,545 @@
+// Package rollout is the generation engine: G completions per prompt, the
+// prompt decoded once and shared by the group's sequences, continuous
+// batching across prompts, stop rules, and every token's model and sampling
+// log-probabilities; and teacher-forced scoring of given completions, which
+// computes those log-probabilities with the same code.
+//
+// One decode step is one llama_decode of a batch that holds one token for
+// every sequence still generating plus, when a group has just been admitted,
+// its prompt's tokens (tagged with all of the group's sequence ids, so the
+// prompt's KV cells are computed once and shared). A prompt longer than the
+// batch is spread over several steps. When a sequence ends its KV cells are
+// freed; when enough sequences have ended, the next waiting group is admitted,
+// so the batch stays full.
+//
+// Reproducibility: each sequence draws from its own RNG, keyed by (seed,
+// prompt id, sample index) (sampler.NewRNG), so what is sampled does not
+// depend on which other sequences share its batch or on the thread count,
+// except through the floating-point rounding of the logits, which llama.cpp
+// may compute in a different order for a different batch.
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/sampler"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Group     int            // completions per prompt (G); 0 = 8
+	MaxTokens int            // completion length limit; 0 = 256
+	Sampling  sampler.Params // temperature 0 = greedy
+	Seed      uint64         // base seed of every sequence's RNG
+	Parallel  int            // sequences in flight; 0 = max(G, 16)
+	Stop      []string       // stop strings
+	Chat      bool           // render every prompt with the chat template
+	// ChatTemplate is a template's text or a built-in name ("chatml", ...);
+	// "" = the model's own.
+	ChatTemplate string
+	// NCtx is the KV cache size in tokens over all sequences. 0 sizes it to
+	// the prompts of each call: Parallel × (longest prompt + MaxTokens).
+	// Given, each sequence may use NCtx/Parallel tokens.
+	NCtx int
+	// SeqCtx bounds prompt + MaxTokens for one sequence when NCtx is 0;
+	// 0 = the model's training context.
+	SeqCtx  int
+	NBatch  int // most tokens one decode takes; 0 = max(512, Parallel)
+	Threads int // 0 = the machine's cores
+	// KVType is the KV cache's type: "f32" (default) or "f16", "q8_0", ...
+	// A rounded cache makes the log-probs depend on how tokens were
+	// batched: f16 costs about 1e-3 of agreement with teacher forcing.
+	KVType string
+	// FlashAttn is "off" (default), "on" or "auto". llama.cpp's CPU flash
+	// attention rounds Q, K and V to f16 (log-probs then move by about 3e-3
+	// with batch composition); off, rollout and teacher-forced log-probs
+	// agree to about 1e-6.
+	FlashAttn string
+	// NoTiming leaves the timing out of the records, whose bytes then depend
+	// only on the options, the prompts and the model.
+	NoTiming bool
+}
+
+func (o *Options) defaults() error {
+	if o.Group == 0 {
+		o.Group = 8
+	}
+	if o.MaxTokens == 0 {
+		o.MaxTokens = 256
+	}
+	if o.Parallel == 0 {
+		o.Parallel = max(o.Group, 16)
+	}
+	if o.KVType == "" {
+		o.KVType = "f32"
+	}
+	if o.FlashAttn == "" {
+		o.FlashAttn = "off"
+	}
+	if o.NBatch == 0 {
+		o.NBatch = max(512, o.Parallel)
+	}
+	switch {
+	case o.Group < 0:
+		return fmt.Errorf("rollout: group %d: want >= 1", o.Group)
+	case o.MaxTokens < 0:
+		return fmt.Errorf("rollout: max tokens %d: want >= 1", o.MaxTokens)
+	case o.Parallel < 0:
+		return fmt.Errorf("rollout: parallel %d: want >= 1", o.Parallel)
+	case o.NBatch < o.Parallel:
+		return fmt.Errorf("rollout: batch of %d tokens cannot hold one token for each of %d parallel sequences", o.NBatch, o.Parallel)
+	case o.NCtx < 0 || o.SeqCtx < 0:
+		return fmt.Errorf("rollout: negative context size")
+	case o.NCtx > 0 && o.NCtx < o.Parallel:
+		return fmt.Errorf("rollout: context of %d tokens for %d parallel sequences", o.NCtx, o.Parallel)
+	}
+	for _, s := range o.Stop {
+		if s == "" {
+			return errors.New("rollout: empty stop string")
+		}
+	}
+	return o.Sampling.Validate()
+}
+
+// Engine generates completions and scores given ones with one model. It owns
+// a llama.Context and is used by one goroutine at a time.
+type Engine struct {
+	m       *llama.Model
+	o       Options
+	ctx     *llama.Context
+	batch   *llama.Batch
+	smp     *sampler.Sampler
+	pieces  *pieces
+	stops   [][]byte
+	adapter *llama.Adapter
+	scale   float32
+}
+
+// NewEngine makes an engine for m. With Options.NCtx set the context is
+// created now; otherwise on the first call, sized for its prompts.
+func NewEngine(m *llama.Model, o Options) (*Engine, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	if o.SeqCtx == 0 {
+		o.SeqCtx = m.Info().CtxTrain
+	}
+	smp, err := sampler.New(o.Sampling)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{m: m, o: o, smp: smp, pieces: newPieces(m)}
+	for _, s := range o.Stop {
+		e.stops = append(e.stops, []byte(s))
+	}
+	if o.NCtx > 0 {
+		if err := e.ensureContext(o.NCtx); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// Options are the engine's options, defaults filled in.
+func (e *Engine) Options() Options { return e.o }
+
+// Close frees the context.
+func (e *Engine) Close() {
+	if e.ctx != nil {
+		e.ctx.Close()
+		e.ctx = nil
+	}
+	if e.batch != nil {
+		e.batch.Free()
+		e.batch = nil
+	}
+}
+
+// SetAdapter applies a LoRA adapter with a scale (1 = as trained) to every
+// later call; nil removes it.
+func (e *Engine) SetAdapter(a *llama.Adapter, scale float32) error {
+	e.adapter, e.scale = a, scale
+	if e.ctx == nil {
+		return nil
+	}
+	return e.applyAdapter()
+}
+
+func (e *Engine) applyAdapter() error {
+	e.ctx.ClearAdapters()
+	if e.adapter == nil {
+		return nil
+	}
+	return e.ctx.SetAdapter(e.adapter, e.scale)
+}
+
+// ensureContext makes sure the context holds at least nctx tokens, creating
+// it (again) when it does not.
+func (e *Engine) ensureContext(nctx int) error {
+	if e.ctx != nil && e.ctx.NCtx() >= nctx {
+		return nil
+	}
+	e.Close()
+	c, err := llama.NewContext(e.m, llama.ContextParams{
+		NCtx: nctx, NBatch: e.o.NBatch, NSeqMax: e.o.Parallel, Threads: e.o.Threads,
+		FlashAttn: e.o.FlashAttn, TypeK: e.o.KVType, TypeV: e.o.KVType,
+	})
+	if err != nil {
+		return err
+	}
+	e.ctx = c
+	e.batch = llama.NewBatch(e.o.NBatch, e.o.Parallel)
+	return e.applyAdapter()
+}
+
+// RecordError is a prompt or record the engine could not use; the call goes
+// on without it.
+type RecordError struct {
+	Index  int    `json:"index"` // position in the call's input
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+func (r RecordError) Error() string {
+	return fmt.Sprintf("record %d (id %q): %s", r.Index+1, r.ID, r.Reason)
+}
+
+// Stats summarise one Generate call.
+type Stats struct {
+	Groups  int `json:"groups"`  // groups completed and emitted
+	Records int `json:"records"` // completions emitted
+	Tokens  int `json:"tokens"`  // completion tokens sampled
+	// PromptTokens counts the prompt tokens decoded. A group's prompt is
+	// decoded once for all its sequences (once per admission when Parallel
+	// is smaller than the group).
+	PromptTokens int           `json:"prompt_tokens"`
+	Decodes      int           `json:"decodes"` // llama_decode calls
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	Errors       []RecordError `json:"errors,omitempty"`
+}
+
+// TokensPerSecond is the completion tokens sampled per second of the call.
+func (s Stats) TokensPerSecond() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Tokens) / s.Elapsed.Seconds()
+}
+
+// group is one prompt on its way through the engine.
+type group struct {
+	index    int // position in the call's prompts
+	p        *dataset.Prompt
+	rendered string
+	toks     []llama.Token
+	admitted int // samples given a sequence so far
+	done     int
+	recs     []dataset.Rollout
+}
+
+// sequence is one completion being generated in a slot (a KV sequence id).
+type sequence struct {
+	g        *group
+	sample   int
+	rng      *sampler.RNG
+	pos      int         // position of the next token to decode (next)
+	next     llama.Token // sampled, not yet decoded
+	toks     []int32
+	lp, slp  []float64
+	ent      []float64
+	text     *textBuilder
+	promptMS float64
+	first    time.Time // when its first token was sampled
+}
+
+// prefill is a prompt being decoded for the sequences of one admission.
+type prefill struct {
+	g     *group
+	seqs  []int // slots
+	fed   int   // prompt tokens decoded so far
+	start time.Time
+}
+
+// row says what to do with one batch index's logits.
+type row struct {
+	slot int      // a generating sequence, or -1
+	pf   *prefill // a finished prompt: sample the first token of its sequences
+}
+
+// prepare renders and tokenizes the prompts, reporting the bad ones.
+func (e *Engine) prepare(prompts []dataset.Prompt, st *Stats) []*group {
+	var gs []*group
+	for i := range prompts {
+		p := &prompts[i]
+		bad := func(format string, args ...any) {
+			st.Errors = append(st.Errors, RecordError{Index: i, ID: p.ID, Reason: fmt.Sprintf(format, args...)})
+		}
+		text, parseSpecial, err := e.render(p)
+		if err != nil {
+			bad("%v", err)
+			continue
+		}
+		toks, err := e.m.Tokenize(text, true, parseSpecial)
+		if err != nil {
+			bad("tokenizing the prompt: %v", err)
+			continue
+		}
+		if len(toks) == 0 {
+			bad("the prompt has no tokens")
+			continue
+		}
+		gs = append(gs, &group{index: i, p: p, rendered: text, toks: toks, recs: make([]dataset.Rollout, e.o.Group)})
+	}
+	return gs
+}
+
+// render is the text the model sees for a prompt: the raw prompt, or the
+// messages (or the prompt as one user message, with Options.Chat) through the
+// chat template. Special-token text is parsed as special tokens only in
+// rendered chat, where the template put it.
+func (e *Engine) render(p *dataset.Prompt) (string, bool, error) {
+	if len(p.Messages) == 0 && p.Prompt == "" {
+		return "", false, errors.New("empty prompt (no prompt text and no messages)")
+	}
+	if len(p.Messages) == 0 && !e.o.Chat {
+		return p.Prompt, false, nil
+	}
+	msgs := make([]llama.Message, 0, len(p.Messages)+1)
+	for _, m := range p.Messages {
+		msgs = append(msgs, llama.Message{Role: m.Role, Content: m.Content})
+	}
+	if len(msgs) == 0 {
+		msgs = append(msgs, llama.Message{Role: "user", Content: p.Prompt})
+	}
+	text, err := e.m.ApplyChatTemplate(e.o.ChatTemplate, msgs, true)
+	if err != nil {
+		return "", false, fmt.Errorf("chat template: %w", err)
+	}
+	return text, true, nil
+}
+
+// Generate samples Group completions for each prompt and calls emit with each
+// group, its records in sample order, as soon as the whole group is done
+// (groups finish in an order set by the options and the prompts, not by
+// timing). A bad prompt is reported in Stats.Errors and skipped. Generate
+// stops at the first error of emit or llama.cpp, or when ctx is cancelled;
+// the groups emitted by then are complete.
+func (e *Engine) Generate(ctx context.Context, prompts []dataset.Prompt, emit func(group []dataset.Rollout) error) (Stats, error) {
+	start := time.Now()
+	var st Stats
+	defer func() { st.Elapsed = time.Since(start) }()
+
+	all := e.prepare(prompts, &st)
+	// Each sequence gets a budget of perSeq cells; the prompt cells a group
+	// shares only leave more room, so the cache never overflows.
+	perSeq := 0
+	if e.o.NCtx > 0 {
+		perSeq = e.o.NCtx / e.o.Parallel
+	}
+	limit := e.o.SeqCtx
+	if perSeq > 0 {
+		limit = perSeq
+	}
+	gs := all[:0]
+	for _, g := range all {
+		if n := len(g.toks) + e.o.MaxTokens; n > limit {
+			st.Errors = append(st.Errors, RecordError{Index: g.index, ID: g.p.ID, Reason: fmt.Sprintf(
+				"prompt of %d tokens + %d max tokens does not fit the %d-token context of one sequence", len(g.toks), e.o.MaxTokens, limit)})
+			continue
+		}
+		gs = append(gs, g)
+	}
+	if len(gs) == 0 {
+		return st, nil
+	}
+	if e.o.NCtx == 0 {
+		longest := 0
+		for _, g := range gs {
+			longest = max(longest, len(g.toks)+e.o.MaxTokens)
+		}
+		perSeq = (longest + 63) / 64 * 64 // rounded, so similar calls reuse the context
+		if err := e.ensureContext(e.o.Parallel * perSeq); err != nil {
+			return st, err
+		}
+	}
+	err := e.generate(ctx, gs, &st, emit)
+	st.Elapsed = time.Since(start)
+	return st, err
+}
+
+func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit func([]dataset.Rollout) error) error {
+	c, b, G := e.ctx, e.batch, e.o.Group
+	c.ClearKV()
+	slots := make([]*sequence, e.o.Parallel)
+	free := make([]int, 0, e.o.Parallel)
+	for s := e.o.Parallel - 1; s >= 0; s-- {
+		free = append(free, s) // popped from the back: slot 0 first
+	}
+	var prefills []*prefill
+	rows := make([]row, 0, e.o.NBatch)
+
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Admit the next group's remaining samples once there are enough
+		// free slots for all of them (or all slots, when the group is
+		// larger): a prompt is then decoded once for as many of its
+		// sequences as possible.
+		for len(waiting) > 0 {
+			g := waiting[0]
+			n := min(G-g.admitted, e.o.Parallel)
+			if len(free) < n {
+				break
+			}
+			pf := &prefill{g: g}
+			for range n {
+				s := free[len(free)-1]
+				free = free[:len(free)-1]
+				slots[s] = &sequence{
+					g: g, sample: g.admitted, rng: sampler.NewRNG(e.o.Seed, g.p.ID, g.admitted),
+					pos: len(g.toks), text: newTextBuilder(e.stops),
+				}
+				pf.seqs = append(pf.seqs, s)
+				g.admitted++
+			}
+			prefills = append(prefills, pf)
+			if g.admitted == G {
+				waiting = waiting[1:]
+			}
+		}
+
+		// One token for each generating sequence, then prompt tokens.
+		b.Clear()
+		rows = rows[:0]
+		for s, q := range slots {
+			if q == nil || q.first.IsZero() {
+				continue // free, or its prompt is not decoded yet
+			}
+			if _, err := b.Add(q.next, q.pos, []int{s}, true); err != nil {
+				return err
+			}
+			q.pos++
+			rows = append(rows, row{slot: s})
+		}
+		for _, pf := range prefills {
+			for pf.fed < len(pf.g.toks) && b.Len() < b.Cap() {
+				if pf.fed == 0 {
+					pf.start = time.Now()
+				}
+				last := pf.fed == len(pf.g.toks)-1
+				if _, err := b.Add(pf.g.toks[pf.fed], pf.fed, pf.seqs, last); err != nil {
+					return err
+				}
+				pf.fed++
+				st.PromptTokens++
+				if last {
+					rows = append(rows, row{slot: -1, pf: pf})
+				} else {
+					rows = append(rows, row{slot: -2})
+				}
+			}
+		}
+		if b.Len() == 0 {
+			return nil // nothing in flight and nothing waiting
+		}
+		if err := c.Decode(b); err != nil {
+			return err
+		}
+		st.Decodes++
+		now := time.Now()
+
+		for i, r := range rows {
+			switch {
+			case r.slot >= 0:
+				if err := e.step(c, i, slots, r.slot, now, st, &free, emit); err != nil {
+					return err
+				}
+			case r.pf != nil:
+				ms := float64(now.Sub(r.pf.start).Microseconds()) / 1000
+				for _, s := range r.pf.seqs {
+					slots[s].promptMS = ms
+					slots[s].first = now
+					if err := e.step(c, i, slots, s, now, st, &free, emit); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		// Drop the prefills whose prompt is now fully decoded.
+		kept := prefills[:0]
+		for _, pf := range prefills {
+			if pf.fed < len(pf.g.toks) {
+				kept = append(kept, pf)
+			}
+		}
+		prefills = kept
+	}
+}
+
+// step samples sequence s's next token from batch index i and applies the
+// stop rules; a finished sequence frees its slot, and a finished group is
+// emitted.
+func (e *Engine) step(c *llama.Context, i int, slots []*sequence, s int, now time.Time, st *Stats, free *[]int, emit func([]dataset.Rollout) error) error {
+	q := slots[s]
+	logits, err := c.Logits(i)
+	if err != nil {
+		return err
+	}
+	ch, err := e.smp.Sample(logits, q.rng)
+	if err != nil {
+		return fmt.Errorf("prompt %q sample %d, token %d: %w", q.g.p.ID, q.sample, len(q.toks)+1, err)
+	}
+	st.Tokens++
+	q.toks = append(q.toks, ch.Token)
+	q.lp = append(q.lp, ch.LogProb)
+	q.slp = append(q.slp, ch.SamplingLogProb)
+	q.ent = append(q.ent, ch.Entropy)
+	piece, err := e.pieces.of(ch.Token)
+	if err != nil {
+		return err
+	}
+	finish := ""
+	switch stopAt := q.text.add(piece); {
+	case e.m.IsEOG(ch.Token):
+		finish = dataset.FinishStop
+	case stopAt >= 0:
+		keep := q.text.cutAt(stopAt)
+		q.toks, q.lp, q.slp, q.ent = q.toks[:keep], q.lp[:keep], q.slp[:keep], q.ent[:keep]
+		finish = dataset.FinishStop
+	case len(q.toks) >= e.o.MaxTokens:
+		finish = dataset.FinishLength
+	}
+	if finish == "" {
+		q.next = ch.Token
+		return nil
+	}
+
+	// The sequence is done: free its cells and slot, and file its record.
+	c.SeqRemove(s, -1, -1)
+	slots[s] = nil
+	*free = append(*free, s)
+	g := q.g
+	text, offsets := q.text.finish()
+	rec := dataset.Rollout{
+		Schema: dataset.SchemaRollout, PromptID: g.p.ID, Prompt: g.rendered, Answer: g.p.Answer, Verifier: g.p.Verifier,
+		Sample: q.sample, Seed: e.o.Seed, PromptTokens: g.toks, Tokens: q.toks, Text: text,
+		Logprobs: q.lp, SamplingLogprobs: q.slp, Entropies: q.ent, Finish: finish, TokenOffsets: offsets,
+	}
+	if !e.o.NoTiming {
+		rec.Timing = &dataset.Timing{PromptMS: q.promptMS, GenerateMS: float64(now.Sub(q.first).Microseconds()) / 1000}
+	}
+	g.recs[q.sample] = rec
+	g.done++
+	if g.done < e.o.Group {
+		return nil
+	}
+	st.Groups++
+	st.Records += len(g.recs)
+	return emit(g.recs)
+}

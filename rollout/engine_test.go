@@ -1,0 +1,519 @@
+package rollout_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/rollout"
+	"github.com/confclip/confclip/sampler"
+)
+
+func newEngine(t testing.TB, m *llama.Model, o rollout.Options) *rollout.Engine {
+	t.Helper()
+	e, err := rollout.NewEngine(m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+// generate runs the engine and returns every record, in emit order.
+func generate(t testing.TB, e *rollout.Engine, prompts []dataset.Prompt) ([]dataset.Rollout, rollout.Stats) {
+	t.Helper()
+	var out []dataset.Rollout
+	st, err := e.Generate(context.Background(), prompts, func(g []dataset.Rollout) error {
+		if len(g) != e.Options().Group {
+			t.Errorf("group of %d records, want %d", len(g), e.Options().Group)
+		}
+		for i, r := range g {
+			if r.Sample != i || r.PromptID != g[0].PromptID {
+				t.Errorf("group record %d: prompt %q sample %d", i, r.PromptID, r.Sample)
+			}
+		}
+		out = append(out, g...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, st
+}
+
+var tinyPrompts = []dataset.Prompt{
+	{ID: "p1", Prompt: "What is 12+7?", Answer: "19", Verifier: "math"},
+	{ID: "p2", Prompt: "Count: 1, 2, 3, 4,", Answer: "5"},
+	{ID: "p3", Prompt: "x = (3*4) - 5. So x is", Answer: "7"},
+	{ID: "p4", Prompt: "a", Answer: "b"},
+	{ID: "p5", Prompt: "The quick brown fox jumps over the lazy dog; and then?", Answer: "?"},
+}
+
+// checkRecord checks the invariants every record keeps.
+func checkRecord(t *testing.T, m *llama.Model, r dataset.Rollout, maxTokens int) {
+	t.Helper()
+	n := len(r.Tokens)
+	if n == 0 || n > maxTokens || len(r.Logprobs) != n || len(r.SamplingLogprobs) != n || len(r.Entropies) != n || len(r.TokenOffsets) != n {
+		t.Fatalf("%s/%d: %d tokens, %d logprobs, %d sampling, %d entropies, %d offsets", r.PromptID, r.Sample,
+			n, len(r.Logprobs), len(r.SamplingLogprobs), len(r.Entropies), len(r.TokenOffsets))
+	}
+	if !utf8.ValidString(r.Text) {
+		t.Fatalf("%s/%d: text is not valid UTF-8: %q", r.PromptID, r.Sample, r.Text)
+	}
+	for i, o := range r.TokenOffsets {
+		if o < 0 || o > len(r.Text) || (i > 0 && o < r.TokenOffsets[i-1]) {
+			t.Fatalf("%s/%d: offsets %v for text of %d bytes", r.PromptID, r.Sample, r.TokenOffsets, len(r.Text))
+		}
+	}
+	for i, lp := range r.Logprobs {
+		if !(lp <= 0) || !(r.Entropies[i] >= 0) {
+			t.Fatalf("%s/%d: token %d logprob %v entropy %v", r.PromptID, r.Sample, i, lp, r.Entropies[i])
+		}
+	}
+	last := r.Tokens[n-1]
+	switch r.Finish {
+	case dataset.FinishLength:
+		if n != maxTokens {
+			t.Fatalf("%s/%d: finish length after %d of %d tokens", r.PromptID, r.Sample, n, maxTokens)
+		}
+	case dataset.FinishStop:
+	default:
+		t.Fatalf("%s/%d: finish %q", r.PromptID, r.Sample, r.Finish)
+	}
+	if m.IsEOG(last) && (r.Finish != dataset.FinishStop || r.TokenOffsets[n-1] != len(r.Text)) {
+		t.Fatalf("%s/%d: ends with EOG token %d: finish %q, offset %d of %d", r.PromptID, r.Sample, last, r.Finish, r.TokenOffsets[n-1], len(r.Text))
+	}
+	if r.Schema != dataset.SchemaRollout || len(r.PromptTokens) == 0 {
+		t.Fatalf("%s/%d: schema %q, %d prompt tokens", r.PromptID, r.Sample, r.Schema, len(r.PromptTokens))
+	}
+}
+
+// forceCopies teacher-forces copies of the records that keep only the prompt
+// and completion tokens, and returns the largest log-prob and entropy
+// differences from the recorded ones.
+func forceCopies(t *testing.T, e *rollout.Engine, recs []dataset.Rollout) (dlp, dent float64) {
+	t.Helper()
+	cp := make([]*dataset.Rollout, len(recs))
+	for i, r := range recs {
+		cp[i] = &dataset.Rollout{PromptID: r.PromptID, Sample: r.Sample, Prompt: r.Prompt, Text: r.Text,
+			PromptTokens: r.PromptTokens, Tokens: r.Tokens}
+	}
+	if err := e.TeacherForce(context.Background(), cp); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range recs {
+		f := cp[i]
+		if len(f.Logprobs) != len(r.Logprobs) || len(f.Entropies) != len(r.Tokens) {
+			t.Fatalf("%s/%d: %d forced log-probs for %d tokens", r.PromptID, r.Sample, len(f.Logprobs), len(r.Tokens))
+		}
+		for k := range r.Logprobs {
+			dlp = math.Max(dlp, math.Abs(f.Logprobs[k]-r.Logprobs[k]))
+			dent = math.Max(dent, math.Abs(f.Entropies[k]-r.Entropies[k]))
+		}
+		if f.Text != r.Text {
+			t.Fatalf("%s/%d: text changed by teacher forcing: %q -> %q", r.PromptID, r.Sample, r.Text, f.Text)
+		}
+		for k := range r.TokenOffsets {
+			if f.TokenOffsets[k] != r.TokenOffsets[k] {
+				t.Fatalf("%s/%d: offsets %v, forced %v", r.PromptID, r.Sample, r.TokenOffsets, f.TokenOffsets)
+			}
+		}
+	}
+	return dlp, dent
+}
+
+func TestRolloutLogprobsMatchTeacherForcing(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	// Parallel 6 with groups of 4: groups are split across admissions and
+	// share batches with other groups, the hard case for batch composition.
+	e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 24, Parallel: 6, Seed: 3,
+		Sampling: sampler.Params{Temperature: 1}})
+	recs, st := generate(t, e, tinyPrompts)
+	if len(recs) != 4*len(tinyPrompts) || st.Groups != len(tinyPrompts) || len(st.Errors) != 0 {
+		t.Fatalf("%d records, stats %+v", len(recs), st)
+	}
+	for _, r := range recs {
+		checkRecord(t, m, r, 24)
+	}
+	dlp, dent := forceCopies(t, e, recs)
+	t.Logf("tiny: max |rollout - teacher-forced| log-prob %.3g, entropy %.3g over %d tokens", dlp, dent, st.Tokens)
+	if dlp > 1e-4 {
+		t.Fatalf("log-probs differ by %g", dlp)
+	}
+}
+
+func TestRolloutLogprobsMatchTeacherForcingStories(t *testing.T) {
+	m := loadStories(t)
+	prompts := []dataset.Prompt{
+		{ID: "s1", Prompt: "Once upon a time"},
+		{ID: "s2", Prompt: "Tom and his dog went to the park. They"},
+		{ID: "s3", Prompt: "The little bird was sad because"},
+	}
+	e := newEngine(t, m, rollout.Options{Group: 8, MaxTokens: 64, Parallel: 12, Seed: 11,
+		Sampling: sampler.Params{Temperature: 1}})
+	recs, st := generate(t, e, prompts)
+	for _, r := range recs {
+		checkRecord(t, m, r, 64)
+	}
+	dlp, dent := forceCopies(t, e, recs)
+	t.Logf("stories260K: max |rollout - teacher-forced| log-prob %.3g, entropy %.3g over %d tokens", dlp, dent, st.Tokens)
+	if dlp > 1e-4 {
+		t.Fatalf("log-probs differ by %g", dlp)
+	}
+}
+
+func TestGreedyStories(t *testing.T) {
+	m := loadStories(t)
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 40, Sampling: sampler.Params{Temperature: 0}})
+	recs, _ := generate(t, e, []dataset.Prompt{{ID: "once", Prompt: "Once upon a time"}})
+	want := ", there was a little girl named Lily. She loved to play outside in the park."
+	for _, r := range recs {
+		if !strings.HasPrefix(r.Text, want) {
+			t.Fatalf("sample %d: greedy continuation %q, want it to start with %q", r.Sample, r.Text, want)
+		}
+		if got := []int32{1, 403, 407, 261, 378}; !equalInts(r.PromptTokens, got) {
+			t.Fatalf("prompt tokens %v, want %v", r.PromptTokens, got)
+		}
+		for _, s := range r.SamplingLogprobs {
+			if s != 0 {
+				t.Fatalf("greedy sampling log-prob %v, want 0", s)
+			}
+		}
+	}
+}
+
+func equalInts(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// jsonl is the records as the rollout command writes them.
+func jsonl(t *testing.T, recs []dataset.Rollout) []byte {
+	var b bytes.Buffer
+	for _, r := range recs {
+		line, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+func TestReproducible(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	o := rollout.Options{Group: 4, MaxTokens: 32, Parallel: 8, Seed: 42, NoTiming: true,
+		Sampling: sampler.Params{Temperature: 0.9, TopP: 0.95, TopK: 50}}
+	run := func(o rollout.Options) []dataset.Rollout {
+		recs, _ := generate(t, newEngine(t, m, o), tinyPrompts)
+		return recs
+	}
+	a, b := run(o), run(o)
+	if !bytes.Equal(jsonl(t, a), jsonl(t, b)) {
+		t.Fatal("two runs with the same options wrote different bytes")
+	}
+	// Another thread count: same bytes.
+	o2 := o
+	o2.Threads = 1
+	if !bytes.Equal(jsonl(t, a), jsonl(t, run(o2))) {
+		t.Error("one thread instead of the default gave different bytes")
+	}
+
+	// Only Parallel changes: the RNG streams are the same, the logits may
+	// round differently in other batches.
+	byKey := func(recs []dataset.Rollout) map[string]dataset.Rollout {
+		out := map[string]dataset.Rollout{}
+		for _, r := range recs {
+			out[r.PromptID+"/"+string(rune('0'+r.Sample))] = r
+		}
+		return out
+	}
+	ref := byKey(a)
+	for _, parallel := range []int{1, 3, 16} {
+		o3 := o
+		o3.Parallel = parallel
+		other := byKey(run(o3))
+		same, worst := 0, 0.0
+		for k, r := range ref {
+			q := other[k]
+			n := 0
+			for n < len(r.Tokens) && n < len(q.Tokens) && r.Tokens[n] == q.Tokens[n] {
+				n++
+			}
+			if n == len(r.Tokens) && n == len(q.Tokens) {
+				same++
+			}
+			for i := 0; i < n; i++ {
+				worst = math.Max(worst, math.Abs(r.Logprobs[i]-q.Logprobs[i]))
+			}
+		}
+		t.Logf("parallel %d instead of 8: %d of %d completions token-identical; max log-prob change on shared tokens %.3g", parallel, same, len(ref), worst)
+		if same < len(ref)*3/4 || worst > 1e-4 {
+			t.Errorf("parallel %d: only %d of %d completions identical", parallel, same, len(ref))
+		}
+	}
+}
+
+func TestStopStringSplitAcrossTokens(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	o := rollout.Options{Group: 1, MaxTokens: 40, Parallel: 1, Seed: 7, NoTiming: true, Sampling: sampler.Params{Temperature: 1}}
+	prompt := []dataset.Prompt{{ID: "q", Prompt: "What is 12+7?"}}
+	base, _ := generate(t, newEngine(t, m, o), prompt)
+	r := base[0]
+	// A stop string made of the last byte of token k's piece and the first
+	// byte of token k+1's: it spans a token boundary.
+	k := -1
+	for i := 4; i+2 < len(r.TokenOffsets); i++ {
+		a, b, c := r.TokenOffsets[i], r.TokenOffsets[i+1], r.TokenOffsets[i+2]
+		if b > a && c > b && r.Text[b-1] < 0x80 && r.Text[b] < 0x80 {
+			k = i
+			break
+		}
+	}
+	if k < 0 {
+		t.Fatalf("no token boundary to test in %q", r.Text)
+	}
+	b := r.TokenOffsets[k+1]
+	stop := r.Text[b-1 : b+1]
+	cut := strings.Index(r.Text, stop)
+	o.Stop = []string{"never appears \x01", stop}
+	got, _ := generate(t, newEngine(t, m, o), prompt)
+	s := got[0]
+	// The token where the stop string begins is kept, the text ends before it.
+	keep := 0
+	for keep < len(r.Tokens) && r.TokenOffsets[keep] <= cut {
+		keep++
+	}
+	if s.Finish != dataset.FinishStop || s.Text != r.Text[:cut] || len(s.Tokens) != keep {
+		t.Fatalf("stop %q: finish %q, text %q (%d tokens); want stop, %q (%d tokens)", stop, s.Finish, s.Text, len(s.Tokens), r.Text[:cut], keep)
+	}
+	if !equalInts(s.Tokens, r.Tokens[:keep]) {
+		t.Fatalf("tokens %v, want %v", s.Tokens, r.Tokens[:keep])
+	}
+	checkRecord(t, m, s, 40)
+	// Teacher forcing the stopped record gives its log-probs back.
+	e := newEngine(t, m, o)
+	if dlp, _ := forceCopies(t, e, got); dlp > 1e-4 {
+		t.Fatalf("stopped record: teacher-forced log-probs differ by %g", dlp)
+	}
+}
+
+func TestMaxTokensGivesLength(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	e := newEngine(t, m, rollout.Options{Group: 3, MaxTokens: 5, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	recs, st := generate(t, e, tinyPrompts[:2])
+	for _, r := range recs {
+		if r.Finish == dataset.FinishLength && len(r.Tokens) != 5 {
+			t.Fatalf("finish length with %d tokens", len(r.Tokens))
+		}
+		if r.Finish != dataset.FinishLength && !m.IsEOG(r.Tokens[len(r.Tokens)-1]) {
+			t.Fatalf("finish %q without EOG: %v", r.Finish, r.Tokens)
+		}
+		checkRecord(t, m, r, 5)
+		if r.Timing == nil || r.Timing.PromptMS <= 0 {
+			t.Fatalf("timing %+v", r.Timing)
+		}
+	}
+	if st.Tokens == 0 || st.TokensPerSecond() <= 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// eosModel is the tiny model with an output layer that gives every token a
+// zero logit but EOS, whose logit is large whenever the hidden state points
+// its way: sampled completions soon end with EOS.
+func eosModel(t *testing.T) string {
+	s := modelgen.Tiny()
+	tokens, _, _ := modelgen.Vocab(s)
+	s.Weights = func(name string, n int) []float32 {
+		if name != "output.weight" {
+			return nil
+		}
+		w := make([]float32, n)
+		for i := 0; i < s.Embd; i++ {
+			w[2*s.Embd+i] = 50 // row of token 2, EOS
+		}
+		_ = tokens
+		return w
+	}
+	path := filepath.Join(t.TempDir(), "eos.gguf")
+	if err := modelgen.Write(path, s); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestEOGGivesStop(t *testing.T) {
+	m := loadModel(t, eosModel(t))
+	e := newEngine(t, m, rollout.Options{Group: 8, MaxTokens: 64, Seed: 5, Sampling: sampler.Params{Temperature: 1}})
+	recs, _ := generate(t, e, tinyPrompts[:2])
+	stopped := 0
+	for _, r := range recs {
+		checkRecord(t, m, r, 64)
+		if r.Finish == dataset.FinishStop {
+			stopped++
+			if last := r.Tokens[len(r.Tokens)-1]; !m.IsEOG(last) {
+				t.Fatalf("finish stop but last token %d", last)
+			}
+			if strings.Contains(r.Text, "</s>") {
+				t.Fatalf("EOG piece in the text: %q", r.Text)
+			}
+		}
+	}
+	if stopped < len(recs)/2 {
+		t.Fatalf("only %d of %d completions ended with EOS", stopped, len(recs))
+	}
+}
+
+func TestBadPromptsReported(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	long := strings.Repeat("1+", 200)
+	prompts := []dataset.Prompt{
+		{ID: "ok1", Prompt: "1+1="},
+		{ID: "empty"},
+		{ID: "long", Prompt: long},
+		{ID: "ok2", Prompt: "2+2="},
+		{ID: "badchat", Messages: []dataset.Message{{Role: "user", Content: "bad \xff"}}},
+	}
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 8, Parallel: 4, NCtx: 4 * 128, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	recs, st := generate(t, e, prompts)
+	if len(recs) != 4 || st.Groups != 2 {
+		t.Fatalf("%d records, %d groups; want the two good prompts' 4 records", len(recs), st.Groups)
+	}
+	want := map[string]string{"empty": "empty prompt", "long": "does not fit", "badchat": "UTF-8"}
+	if len(st.Errors) != len(want) {
+		t.Fatalf("errors %+v", st.Errors)
+	}
+	for _, re := range st.Errors {
+		if !strings.Contains(re.Reason, want[re.ID]) {
+			t.Errorf("%s: reason %q, want it to say %q", re.ID, re.Reason, want[re.ID])
+		}
+	}
+}
+
+func TestPromptDecodedOncePerGroup(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	var n int
+	for _, p := range tinyPrompts {
+		toks, _ := m.Tokenize(p.Prompt, true, false)
+		n += len(toks)
+	}
+	// NBatch 8: prompts longer than the batch are spread over decodes.
+	for _, tc := range []struct{ parallel, nbatch, want int }{{8, 512, n}, {4, 8, n}, {2, 512, 2 * n}, {1, 512, 4 * n}} {
+		e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 6, Parallel: tc.parallel, NBatch: tc.nbatch, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+		recs, st := generate(t, e, tinyPrompts)
+		if st.PromptTokens != tc.want || len(recs) != 4*len(tinyPrompts) {
+			t.Errorf("parallel %d: %d prompt tokens decoded, %d records; want %d", tc.parallel, st.PromptTokens, len(recs), tc.want)
+		}
+		for _, r := range recs {
+			checkRecord(t, m, r, 6)
+		}
+	}
+}
+
+func TestChatPrompts(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 4, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	recs, _ := generate(t, e, []dataset.Prompt{{ID: "c", Messages: []dataset.Message{{Role: "user", Content: "1+1?"}}}})
+	want := "<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n"
+	if recs[0].Prompt != want || recs[0].PromptTokens[1] != 3 {
+		t.Fatalf("rendered %q tokens %v", recs[0].Prompt, recs[0].PromptTokens)
+	}
+	// Options.Chat renders a plain prompt as one user message.
+	e = newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 4, Chat: true, Sampling: sampler.Params{Temperature: 1}})
+	recs, _ = generate(t, e, []dataset.Prompt{{ID: "c", Prompt: "1+1?"}})
+	if recs[0].Prompt != want {
+		t.Fatalf("rendered %q", recs[0].Prompt)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 16, Parallel: 2, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	ctx, cancel := context.WithCancel(context.Background())
+	groups := 0
+	st, err := e.Generate(ctx, tinyPrompts, func(g []dataset.Rollout) error {
+		groups++
+		cancel()
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || groups != 1 || st.Groups != 1 {
+		t.Fatalf("err %v, %d groups emitted, stats %+v", err, groups, st)
+	}
+	// The engine is usable again afterwards.
+	recs, _ := generate(t, e, tinyPrompts[:1])
+	if len(recs) != 2 {
+		t.Fatalf("%d records after a cancelled call", len(recs))
+	}
+}
+
+func TestTeacherForceFromText(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	e := newEngine(t, m, rollout.Options{Group: 1})
+	recs := []*dataset.Rollout{
+		{PromptID: "a", Prompt: "What is 12+7?", Text: " The answer is 19."},
+		{PromptID: "b", Prompt: "Count: 1, 2,", Text: " 3, 4"},
+		{PromptID: "c", Prompt: "empty completion"},
+	}
+	if err := e.TeacherForce(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs[:2] {
+		if len(r.Tokens) == 0 || len(r.Logprobs) != len(r.Tokens) || len(r.TokenOffsets) != len(r.Tokens) {
+			t.Fatalf("%s: %d tokens, %d logprobs, %d offsets", r.PromptID, len(r.Tokens), len(r.Logprobs), len(r.TokenOffsets))
+		}
+		var got []byte
+		for _, tok := range r.Tokens {
+			p, _ := m.TokenPiece(tok, false)
+			got = append(got, p...)
+		}
+		if string(got) != r.Text {
+			t.Fatalf("%s: completion tokens %v are %q, want %q", r.PromptID, r.Tokens, got, r.Text)
+		}
+	}
+	// Forcing one record alone gives the same numbers as in a packed batch.
+	one := &dataset.Rollout{PromptID: "b", Prompt: "Count: 1, 2,", Text: " 3, 4"}
+	if err := e.TeacherForce(context.Background(), []*dataset.Rollout{one}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range one.Logprobs {
+		if d := math.Abs(one.Logprobs[i] - recs[1].Logprobs[i]); d > 1e-4 {
+			t.Fatalf("alone vs packed: token %d differs by %g", i, d)
+		}
+	}
+	bad := []*dataset.Rollout{{PromptID: "x", Prompt: "p", Tokens: []int32{99999}}}
+	if err := e.TeacherForce(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Fatalf("bad token: err = %v", err)
+	}
+}
+
+// TestRoundedKVCacheAgreement measures, without a bound, how far rollout and
+// teacher-forced log-probs drift apart with the settings that round
+// activations to f16 (docs/rollout.md quotes these numbers).
+func TestRoundedKVCacheAgreement(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	for _, c := range []struct{ kv, fa string }{{"f32", "off"}, {"f16", "off"}, {"f32", "on"}, {"f16", "on"}} {
+		e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 24, Parallel: 6, Seed: 3, KVType: c.kv, FlashAttn: c.fa,
+			Sampling: sampler.Params{Temperature: 1}})
+		recs, _ := generate(t, e, tinyPrompts)
+		dlp, _ := forceCopies(t, e, recs)
+		t.Logf("KV %s, flash attention %s: max |rollout - teacher-forced| log-prob %.3g", c.kv, c.fa, dlp)
+	}
+}
