@@ -23,6 +23,9 @@ type ContextParams struct {
 	FlashAttn string // "auto" (default), "on" or "off"
 	TypeK     string // KV cache type for K: "f16" (default), "f32", "q8_0", ...
 	TypeV     string // likewise for V
+	// TrainingGraphs sizes the compute graph for PGEval's backward pass
+	// (several times the forward graph's nodes).
+	TrainingGraphs bool
 }
 
 // Context is a model's inference state: the KV cache and the compute
@@ -78,6 +81,9 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 	cp.n_threads = C.int32_t(p.Threads)
 	cp.n_threads_batch = C.int32_t(p.Threads)
 	cp.no_perf = true
+	if p.TrainingGraphs {
+		cp.n_graph_nodes_mult = 8
+	}
 	// One KV buffer shared by all sequences, so that a group of sequences can
 	// share its prompt's cells and NCtx is a budget over all of them.
 	cp.kv_unified = true

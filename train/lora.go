@@ -1,0 +1,133 @@
+// Package train runs the policy-gradient step of METHOD.md on a LoRA adapter
+// (or, for small F32 models, on every weight) through llama.cpp's own graph
+// and ggml's backward pass, so that the log-probs it trains on are computed by
+// the same engine that sampled the rollouts. It also creates, saves and loads
+// adapters in llama.cpp's GGUF LoRA format.
+package train
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/confclip/confclip/llama"
+)
+
+// Targets are the weight matrices a LoRA adapter can adapt, by their GGUF
+// names within a block.
+var Targets = []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}
+
+// LoRAConfig describes a new adapter.
+type LoRAConfig struct {
+	Rank    int
+	Alpha   float64
+	Targets []string // subset of Targets; empty = all
+	Seed    uint64
+}
+
+// loraTensor names one adapted weight's A and B.
+func loraNames(weight string) (a, b string) { return weight + ".lora_a", weight + ".lora_b" }
+
+// CreateLoRA writes a new adapter for the model to path. As PEFT initialises
+// LoRA, A is drawn from U(-1/sqrt(n_in), 1/sqrt(n_in)) (kaiming-uniform with
+// a = sqrt(5)) with the seed, and B is zero, so a new adapter changes nothing.
+// The file is llama.cpp's GGUF LoRA format, loadable with its tools' --lora.
+func CreateLoRA(m *llama.Model, path string, cfg LoRAConfig) error {
+	if cfg.Rank < 1 {
+		return fmt.Errorf("LoRA rank %d: must be at least 1", cfg.Rank)
+	}
+	if cfg.Alpha <= 0 {
+		return fmt.Errorf("LoRA alpha %g: must be positive", cfg.Alpha)
+	}
+	targets := cfg.Targets
+	if len(targets) == 0 {
+		targets = Targets
+	}
+	for _, t := range targets {
+		if !slices.Contains(Targets, t) {
+			return fmt.Errorf("LoRA target %q: want some of %v", t, Targets)
+		}
+	}
+	arch := m.Architecture()
+	if arch != "llama" {
+		return fmt.Errorf("%s: training supports the llama architecture, the model is %q", m.Path(), arch)
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6c6f7261))
+	w := newAdapterWriter(arch, cfg.Alpha)
+	defer w.Close()
+	n := 0
+	for l := 0; l < m.Info().Layers; l++ {
+		for _, t := range targets {
+			name := fmt.Sprintf("blk.%d.%s.weight", l, t)
+			shape, err := m.WeightShape(name)
+			if err != nil {
+				continue // the block has no such weight
+			}
+			nIn, nOut, r := shape[0], shape[1], int64(cfg.Rank)
+			a := make([]float32, nIn*r)
+			bound := 1 / math.Sqrt(float64(nIn))
+			for i := range a {
+				a[i] = float32((2*rng.Float64() - 1) * bound)
+			}
+			an, bn := loraNames(name)
+			w.AddTensorF32(an, []int64{nIn, r}, a)
+			w.AddTensorF32(bn, []int64{r, nOut}, make([]float32, r*nOut))
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: none of the targets %v found in the model", m.Path(), targets)
+	}
+	return w.WriteFile(path)
+}
+
+func newAdapterWriter(arch string, alpha float64) *llama.GGUFWriter {
+	w := llama.NewGGUFWriter()
+	w.SetString("general.type", "adapter")
+	w.SetString("general.architecture", arch)
+	w.SetString("adapter.type", "lora")
+	w.SetFloat32("adapter.lora.alpha", float32(alpha))
+	return w
+}
+
+// AdapterParams returns the adapter's A and B matrices in file order, for the
+// trainer. The adapter must have been loaded for the model.
+func AdapterParams(a *llama.Adapter) ([]*llama.Param, float64, error) {
+	g, err := llama.OpenGGUF(a.Path())
+	if err != nil {
+		return nil, 0, err
+	}
+	defer g.Close()
+	alpha, _ := g.Get("adapter.lora.alpha")
+	al, _ := alpha.(float64)
+	var ps []*llama.Param
+	for _, t := range g.Tensors() {
+		p, err := a.Tensor(t.Name)
+		if err != nil {
+			return nil, 0, err
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) == 0 {
+		return nil, 0, fmt.Errorf("%s: the adapter has no tensors", a.Path())
+	}
+	return ps, al, nil
+}
+
+// SaveLoRA writes the adapter's current values (as trained in memory) to
+// path, in the same format, through a temporary file and a rename.
+func SaveLoRA(a *llama.Adapter, arch, path string) error {
+	ps, alpha, err := AdapterParams(a)
+	if err != nil {
+		return err
+	}
+	w := newAdapterWriter(arch, alpha)
+	defer w.Close()
+	for _, p := range ps {
+		v := make([]float32, p.Len())
+		p.Get(v)
+		w.AddTensorF32(p.Name, p.Shape, v)
+	}
+	return w.WriteFile(path)
+}

@@ -1,0 +1,499 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/sampler"
+)
+
+var tinyPath string
+
+func TestMain(m *testing.M) {
+	if p := os.Getenv("CONFCLIP_TRAIN_HELPER"); p != "" {
+		os.Exit(helperProcess(p))
+	}
+	dir, err := os.MkdirTemp("", "train-test-")
+	if err != nil {
+		panic(err)
+	}
+	tinyPath = filepath.Join(dir, "tiny.gguf")
+	if err := modelgen.Write(tinyPath, modelgen.Tiny()); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func load(t testing.TB, noMmap bool) *llama.Model {
+	t.Helper()
+	m, err := llama.LoadModel(tinyPath, llama.ModelParams{NoMmap: noMmap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+// newAdapter writes a fresh adapter and loads it; with randomB the B
+// matrices are filled too, so that A's gradients are not zero.
+func newAdapter(t testing.TB, m *llama.Model, randomB bool) *llama.Adapter {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "lora.gguf")
+	if err := CreateLoRA(m, path, LoRAConfig{Rank: 4, Alpha: 8, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := llama.LoadAdapter(m, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	if randomB {
+		ps, _, err := AdapterParams(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(3, 4))
+		for _, p := range ps {
+			if strings.HasSuffix(p.Name, ".lora_b") {
+				v := make([]float32, p.Len())
+				for i := range v {
+					v[i] = float32(rng.NormFloat64() * 0.3)
+				}
+				p.Set(v)
+			}
+		}
+	}
+	return a
+}
+
+func examples(t testing.TB, m *llama.Model) []Example {
+	t.Helper()
+	var exs []Example
+	for i, pc := range [][2]string{{"12+7=", "19"}, {"What is 3*4?", " 12 yes"}, {"a", "bcd"}} {
+		p, err := m.Tokenize(pc[0], true, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := m.Tokenize(pc[1], false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exs = append(exs, Example{Prompt: p, Completion: c, Advantage: []float64{1, -0.5, 2}[i]})
+	}
+	return exs
+}
+
+func testConfig() Config {
+	c := DefaultConfig()
+	c.LR = 1e-2
+	c.GradClip = 0
+	c.MicroBatchTokens = 256
+	return c
+}
+
+// decodeLogProbs computes the completion's log-probs the inference way:
+// llama_decode with the KV cache, then the sampler's log-softmax.
+func decodeLogProbs(t testing.TB, m *llama.Model, a *llama.Adapter, e Example) []float64 {
+	return decodeLogProbsKV(t, m, a, e, "f32", "off")
+}
+
+func decodeLogProbsKV(t testing.TB, m *llama.Model, a *llama.Adapter, e Example, kv, fa string) []float64 {
+	t.Helper()
+	c, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, TypeK: kv, TypeV: kv, FlashAttn: fa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if a != nil {
+		if err := c.SetAdapter(a, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toks := append(append([]llama.Token{}, e.Prompt...), e.Completion...)
+	b := llama.NewBatch(len(toks), 1)
+	defer b.Free()
+	for i, tok := range toks {
+		b.Add(tok, i, []int{0}, true)
+	}
+	if err := c.Decode(b); err != nil {
+		t.Fatal(err)
+	}
+	var lp []float64
+	for i := len(e.Prompt) - 1; i < len(toks)-1; i++ {
+		l, _ := c.Logits(i)
+		v, _, err := sampler.LogSoftmaxAt(l, toks[i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		lp = append(lp, v)
+	}
+	return lp
+}
+
+func TestTrainingForwardMatchesDecode(t *testing.T) {
+	m := load(t, false)
+	a := newAdapter(t, m, true)
+	tr, err := NewLoRATrainer(m, a, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	exs := examples(t, m)
+	got, err := tr.LogProbs(exs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst, worstF16 := 0.0, 0.0
+	for i, e := range exs {
+		want := decodeLogProbs(t, m, a, e)
+		wantF16 := decodeLogProbsKV(t, m, a, e, "f16", "auto")
+		for k := range want {
+			worst = math.Max(worst, math.Abs(float64(got[i][k])-want[k]))
+			worstF16 = math.Max(worstF16, math.Abs(float64(got[i][k])-wantF16[k]))
+		}
+	}
+	t.Logf("max |training forward - decode| log-prob difference (LoRA, 3 packed sequences): %.3g with an F32 KV cache and no flash attention, %.3g with llama.cpp's defaults (F16 cache, flash attention auto)", worst, worstF16)
+	if worst > 1e-4 {
+		t.Fatalf("training forward log-probs differ from decode by %g", worst)
+	}
+	// The loss is minus the weighted sum of completion log-probs only: the
+	// prompt tokens contribute nothing.
+	st, err := tr.Gradient(context.Background(), exs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := tr.weights(exs)
+	want := 0.0
+	for i := range exs {
+		for _, v := range got[i] {
+			want -= w[i] * float64(v)
+		}
+	}
+	if math.Abs(st.Loss-want) > 1e-5*math.Max(1, math.Abs(want)) {
+		t.Fatalf("loss %g, want -sum w_i sum_t log p = %g", st.Loss, want)
+	}
+}
+
+// lossAt evaluates the loss with one parameter entry set to v.
+func lossAt(t *testing.T, tr *Trainer, exs []Example, j, k int, v float32) float64 {
+	vals := make([]float32, tr.params[j].Len())
+	tr.params[j].Get(vals)
+	old := vals[k]
+	vals[k] = v
+	tr.params[j].Set(vals)
+	st, err := tr.Gradient(context.Background(), exs)
+	vals[k] = old
+	tr.params[j].Set(vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Loss
+}
+
+// gradCheck compares analytic gradients with central finite differences on
+// the entries with the largest gradients of each parameter tensor.
+func gradCheck(t *testing.T, tr *Trainer, exs []Example, perTensor int, h float32) float64 {
+	if _, err := tr.Gradient(context.Background(), exs); err != nil {
+		t.Fatal(err)
+	}
+	analytic := make([][]float32, len(tr.grads))
+	for j, g := range tr.grads {
+		analytic[j] = append([]float32(nil), g...)
+	}
+	worst := 0.0
+	checked := 0
+	for j, p := range tr.params {
+		idx := make([]int, p.Len())
+		for k := range idx {
+			idx[k] = k
+		}
+		g := analytic[j]
+		sort.Slice(idx, func(a, b int) bool { return math.Abs(float64(g[idx[a]])) > math.Abs(float64(g[idx[b]])) })
+		vals := make([]float32, p.Len())
+		p.Get(vals)
+		for _, k := range idx[:min(perTensor, len(idx))] {
+			if g[k] == 0 {
+				continue
+			}
+			// A five-point stencil: the loss is computed in float32, so a
+			// step large enough to stay above its rounding noise needs the
+			// O(h^4) truncation error of this formula.
+			l2p := lossAt(t, tr, exs, j, k, vals[k]+2*h)
+			l1p := lossAt(t, tr, exs, j, k, vals[k]+h)
+			l1m := lossAt(t, tr, exs, j, k, vals[k]-h)
+			l2m := lossAt(t, tr, exs, j, k, vals[k]-2*h)
+			fd := (-l2p + 8*l1p - 8*l1m + l2m) / (12 * float64(h))
+			rel := math.Abs(fd-float64(g[k])) / math.Max(math.Abs(fd), math.Abs(float64(g[k])))
+			worst = math.Max(worst, rel)
+			checked++
+			if rel > 1e-3 {
+				t.Errorf("%s[%d]: analytic %g, finite difference %g (relative error %.2g)", p.Name, k, g[k], fd, rel)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no gradient entries checked")
+	}
+	t.Logf("gradient check: %d entries, worst relative error %.3g", checked, worst)
+	return worst
+}
+
+func TestLoRAGradientCheck(t *testing.T) {
+	m := load(t, false)
+	a := newAdapter(t, m, true)
+	tr, err := NewLoRATrainer(m, a, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	gradCheck(t, tr, examples(t, m), 2, 2e-2)
+}
+
+func TestFullGradientCheck(t *testing.T) {
+	m := load(t, true)
+	names, err := F32Weights(tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewFullTrainer(m, names, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	gradCheck(t, tr, examples(t, m), 1, 2e-2)
+}
+
+func meanLogProb(t *testing.T, tr *Trainer, e Example) float64 {
+	lp, err := tr.LogProbs([]Example{e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := 0.0
+	for _, v := range lp[0] {
+		s += float64(v)
+	}
+	return s / float64(len(lp[0]))
+}
+
+func TestStepDirection(t *testing.T) {
+	m := load(t, false)
+	for _, tc := range []struct {
+		adv  float64
+		want string
+	}{{1, "up"}, {-1, "down"}, {0, "same"}} {
+		t.Run(fmt.Sprint(tc.adv), func(t *testing.T) {
+			a := newAdapter(t, m, false) // a new adapter: B = 0
+			tr, err := NewLoRATrainer(m, a, testConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			e := examples(t, m)[0]
+			e.Advantage = tc.adv
+			before := meanLogProb(t, tr, e)
+			vals0 := snapshot(tr)
+			// B starts at zero, so the first step moves only B; a second
+			// step moves A too.
+			for i := 0; i < 2; i++ {
+				if _, err := tr.Step(context.Background(), []Example{e}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			after := meanLogProb(t, tr, e)
+			t.Logf("advantage %+g: mean log-prob %.5f -> %.5f", tc.adv, before, after)
+			switch tc.want {
+			case "up":
+				if after <= before {
+					t.Fatalf("a positive advantage must raise the log-prob: %g -> %g", before, after)
+				}
+			case "down":
+				if after >= before {
+					t.Fatalf("a negative advantage must lower the log-prob: %g -> %g", before, after)
+				}
+			case "same":
+				for j, v := range snapshot(tr) {
+					for k := range v {
+						if v[k] != vals0[j][k] {
+							t.Fatalf("zero advantage changed %s[%d]", tr.params[j].Name, k)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func snapshot(tr *Trainer) [][]float32 {
+	out := make([][]float32, len(tr.params))
+	for j, p := range tr.params {
+		out[j] = make([]float32, p.Len())
+		p.Get(out[j])
+	}
+	return out
+}
+
+func TestMicroBatchesAccumulate(t *testing.T) {
+	m := load(t, false)
+	a := newAdapter(t, m, true)
+	exs := examples(t, m)
+	one, err := NewLoRATrainer(m, a, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	st1, err := one.Gradient(context.Background(), exs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := snapshotGrads(one)
+	cfg := testConfig()
+	cfg.MicroBatchTokens = 1 // rounded up to 256 by llama.cpp; force splitting below
+	small, err := NewLoRATrainer(m, a, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	small.cfg.MicroBatchTokens = 20 // one sequence per micro-batch
+	st2, err := small.Gradient(context.Background(), exs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st1.MicroBatches != 1 || st2.MicroBatches != len(exs) {
+		t.Fatalf("micro-batches %d and %d", st1.MicroBatches, st2.MicroBatches)
+	}
+	if math.Abs(st1.Loss-st2.Loss) > 1e-5 {
+		t.Fatalf("loss %g in one micro-batch, %g in three", st1.Loss, st2.Loss)
+	}
+	for j, g := range snapshotGrads(small) {
+		for k := range g {
+			if d := math.Abs(float64(g[k] - g1[j][k])); d > 1e-5+1e-3*math.Abs(float64(g1[j][k])) {
+				t.Fatalf("%s[%d]: gradient %g accumulated over micro-batches, %g in one", one.params[j].Name, k, g[k], g1[j][k])
+			}
+		}
+	}
+	// The same gradient twice: nothing carries over between calls.
+	st3, _ := one.Gradient(context.Background(), exs)
+	if st3.GradNorm != st1.GradNorm {
+		t.Fatalf("gradient norm %g then %g for the same data", st1.GradNorm, st3.GradNorm)
+	}
+}
+
+func snapshotGrads(tr *Trainer) [][]float32 {
+	out := make([][]float32, len(tr.grads))
+	for j, g := range tr.grads {
+		out[j] = append([]float32(nil), g...)
+	}
+	return out
+}
+
+func TestBadExamples(t *testing.T) {
+	m := load(t, false)
+	a := newAdapter(t, m, false)
+	tr, err := NewLoRATrainer(m, a, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx := context.Background()
+	if _, err := tr.Step(ctx, nil); err == nil {
+		t.Error("empty data must be an error")
+	}
+	if _, err := tr.Step(ctx, []Example{{Prompt: []llama.Token{1}, Completion: []llama.Token{99999}, Advantage: 1}}); err == nil || !strings.Contains(err.Error(), "vocabulary") {
+		t.Errorf("token outside the vocabulary: %v", err)
+	}
+	if _, err := tr.Step(ctx, []Example{{Prompt: []llama.Token{1}, Completion: nil, Advantage: 1}}); err == nil {
+		t.Error("an empty completion must be an error")
+	}
+	long := make([]llama.Token, 300)
+	for i := range long {
+		long[i] = 5
+	}
+	if _, err := tr.Step(ctx, []Example{{Prompt: []llama.Token{1}, Completion: long, Advantage: 1}}); err == nil || !strings.Contains(err.Error(), "micro-batch") {
+		t.Errorf("an example longer than the micro-batch: %v", err)
+	}
+}
+
+// helperProcess loads the tiny model with an adapter file in a fresh process
+// and prints the log-probs of the test examples.
+func helperProcess(adapter string) int {
+	m, err := llama.LoadModel(os.Getenv("CONFCLIP_TRAIN_MODEL"), llama.ModelParams{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer m.Close()
+	a, err := llama.LoadAdapter(m, adapter)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer a.Close()
+	for _, e := range examples(&testing.T{}, m) {
+		for _, v := range decodeLogProbs(&testing.T{}, m, a, e) {
+			fmt.Println(strconv.FormatFloat(v, 'g', -1, 64))
+		}
+	}
+	return 0
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	m := load(t, false)
+	a := newAdapter(t, m, false)
+	tr, err := NewLoRATrainer(m, a, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	exs := examples(t, m)
+	for i := 0; i < 3; i++ {
+		if _, err := tr.Step(context.Background(), exs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "trained.gguf")
+	if err := SaveLoRA(a, "llama", out); err != nil {
+		t.Fatal(err)
+	}
+	var want []float64
+	for _, e := range exs {
+		want = append(want, decodeLogProbs(t, m, a, e)...)
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "CONFCLIP_TRAIN_HELPER="+out, "CONFCLIP_TRAIN_MODEL="+tinyPath)
+	got, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("fresh process: %v", err)
+	}
+	lines := strings.Fields(string(got))
+	if len(lines) != len(want) {
+		t.Fatalf("fresh process printed %d log-probs, want %d", len(lines), len(want))
+	}
+	moved := false
+	base := []float64{}
+	for _, e := range exs {
+		base = append(base, decodeLogProbs(t, m, nil, e)...)
+	}
+	for i, l := range lines {
+		v, _ := strconv.ParseFloat(l, 64)
+		if v != want[i] {
+			t.Fatalf("log-prob %d: %v in a fresh process, %v here", i, v, want[i])
+		}
+		moved = moved || v != base[i]
+	}
+	if !moved {
+		t.Fatal("the trained adapter did not change any log-prob")
+	}
+}
