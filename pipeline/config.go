@@ -113,7 +113,7 @@ type TrainConfig struct {
 	WeightDecay float64  `toml:"weight_decay"`
 	GradClip    float64  `toml:"grad_clip"`
 	LossAgg     string   `toml:"loss_agg"` // token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
-	MicroBatch  int      `toml:"micro_batch"`
+	MicroBatch  int      `toml:"micro_batch"` // tokens evaluated in one forward-backward pass (memory bound)
 	Seed        uint64   `toml:"seed"`
 }
 
@@ -135,7 +135,7 @@ func DefaultConfig() Config {
 		Reward:     RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
 		Advantage:  AdvantageConfig{Estimator: "grpo"},
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
-			GradClip: 1, LossAgg: "token_mean", MicroBatch: 4,
+			GradClip: 1, LossAgg: "token_mean", MicroBatch: 512,
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
 		Run: RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
 	}

@@ -112,3 +112,10 @@ func flagFloat(c *cli.Context, name string, dst *float64) {
 		*dst = c.Float64(name)
 	}
 }
+
+// flagInt sets *dst from an int flag given on the command line.
+func flagInt(c *cli.Context, name string, dst *int) {
+	if c.IsSet(name) {
+		*dst = c.Int(name)
+	}
+}
