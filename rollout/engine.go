@@ -23,6 +23,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/confclip/confclip/dataset"
@@ -113,7 +115,7 @@ type Engine struct {
 	o       Options
 	ctx     *llama.Context
 	batch   *llama.Batch
-	smp     *sampler.Sampler
+	smps    []*sampler.Sampler // one per sampling goroutine
 	pieces  *pieces
 	stops   [][]byte
 	adapter *llama.Adapter
@@ -129,11 +131,14 @@ func NewEngine(m *llama.Model, o Options) (*Engine, error) {
 	if o.SeqCtx == 0 {
 		o.SeqCtx = m.Info().CtxTrain
 	}
-	smp, err := sampler.New(o.Sampling)
-	if err != nil {
-		return nil, err
+	e := &Engine{m: m, o: o, pieces: newPieces(m)}
+	for range max(1, runtime.GOMAXPROCS(0)) {
+		smp, err := sampler.New(o.Sampling)
+		if err != nil {
+			return nil, err
+		}
+		e.smps = append(e.smps, smp)
 	}
-	e := &Engine{m: m, o: o, smp: smp, pieces: newPieces(m)}
 	for _, s := range o.Stop {
 		e.stops = append(e.stops, []byte(s))
 	}
@@ -382,6 +387,7 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 	}
 	var prefills []*prefill
 	rows := make([]row, 0, e.o.NBatch)
+	var draws []draw
 
 	for {
 		if err := ctx.Err(); err != nil {
@@ -454,21 +460,26 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 		st.Decodes++
 		now := time.Now()
 
+		draws = draws[:0]
 		for i, r := range rows {
 			switch {
 			case r.slot >= 0:
-				if err := e.step(c, i, slots, r.slot, now, st, &free, emit); err != nil {
-					return err
-				}
+				draws = append(draws, draw{i: i, slot: r.slot})
 			case r.pf != nil:
 				ms := float64(now.Sub(r.pf.start).Microseconds()) / 1000
 				for _, s := range r.pf.seqs {
 					slots[s].promptMS = ms
 					slots[s].first = now
-					if err := e.step(c, i, slots, s, now, st, &free, emit); err != nil {
-						return err
-					}
+					draws = append(draws, draw{i: i, slot: s})
 				}
+			}
+		}
+		if err := e.sampleAll(c, slots, draws); err != nil {
+			return err
+		}
+		for _, d := range draws {
+			if err := e.step(c, slots, d, now, st, &free, emit); err != nil {
+				return err
 			}
 		}
 		// Drop the prefills whose prompt is now fully decoded.
@@ -482,19 +493,69 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 	}
 }
 
-// step samples sequence s's next token from batch index i and applies the
-// stop rules; a finished sequence frees its slot, and a finished group is
-// emitted.
-func (e *Engine) step(c *llama.Context, i int, slots []*sequence, s int, now time.Time, st *Stats, free *[]int, emit func([]dataset.Rollout) error) error {
+// draw is one token to sample: sequence slot's, from batch index i.
+type draw struct {
+	i, slot int
+	logits  []float32
+	ch      sampler.Choice
+}
+
+// sampleAll samples every draw of a step. The rows are independent (each
+// sequence has its own RNG), so with a large vocabulary they are sampled on
+// several goroutines, each with its own Sampler: the full-vocabulary softmax
+// pass that the log-probs need is the engine's main cost next to decoding.
+// The results do not depend on how the rows are shared out.
+func (e *Engine) sampleAll(c *llama.Context, slots []*sequence, draws []draw) error {
+	for k := range draws {
+		l, err := c.Logits(draws[k].i)
+		if err != nil {
+			return err
+		}
+		draws[k].logits = l
+	}
+	one := func(smp *sampler.Sampler, d *draw) error {
+		q := slots[d.slot]
+		ch, err := smp.Sample(d.logits, q.rng)
+		if err != nil {
+			return fmt.Errorf("prompt %q sample %d, token %d: %w", q.g.p.ID, q.sample, len(q.toks)+1, err)
+		}
+		d.ch = ch
+		return nil
+	}
+	workers := min(len(e.smps), len(draws), len(draws)*e.m.NVocab()/parallelSampleWork)
+	if workers <= 1 {
+		for k := range draws {
+			if err := one(e.smps[0], &draws[k]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for k := w; k < len(draws); k += workers {
+				if err := one(e.smps[w], &draws[k]); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// parallelSampleWork is the logits a sampling goroutine should have to scan
+// for starting it to pay.
+const parallelSampleWork = 1 << 16
+
+// step applies a sampled token to its sequence and the stop rules; a
+// finished sequence frees its slot, and a finished group is emitted.
+func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time, st *Stats, free *[]int, emit func([]dataset.Rollout) error) error {
+	s, ch := d.slot, d.ch
 	q := slots[s]
-	logits, err := c.Logits(i)
-	if err != nil {
-		return err
-	}
-	ch, err := e.smp.Sample(logits, q.rng)
-	if err != nil {
-		return fmt.Errorf("prompt %q sample %d, token %d: %w", q.g.p.ID, q.sample, len(q.toks)+1, err)
-	}
 	st.Tokens++
 	q.toks = append(q.toks, ch.Token)
 	q.lp = append(q.lp, ch.LogProb)
@@ -506,7 +567,7 @@ func (e *Engine) step(c *llama.Context, i int, slots []*sequence, s int, now tim
 	}
 	finish := ""
 	switch stopAt := q.text.add(piece); {
-	case e.m.IsEOG(ch.Token):
+	case e.pieces.isEOG(ch.Token):
 		finish = dataset.FinishStop
 	case stopAt >= 0:
 		keep := q.text.cutAt(stopAt)

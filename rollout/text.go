@@ -13,11 +13,12 @@ type pieces struct {
 	m   *llama.Model
 	buf [][]byte
 	ok  []bool
+	eog []bool
 }
 
 func newPieces(m *llama.Model) *pieces {
 	n := m.NVocab()
-	return &pieces{m: m, buf: make([][]byte, n), ok: make([]bool, n)}
+	return &pieces{m: m, buf: make([][]byte, n), ok: make([]bool, n), eog: make([]bool, n)}
 }
 
 // of returns token t's piece; end-of-generation tokens have none, since they
@@ -27,15 +28,19 @@ func (p *pieces) of(t llama.Token) ([]byte, error) {
 		return p.buf[t], nil
 	}
 	var b []byte
-	if !p.m.IsEOG(t) {
+	eog := p.m.IsEOG(t)
+	if !eog {
 		var err error
 		if b, err = p.m.TokenPiece(t, false); err != nil {
 			return nil, err
 		}
 	}
-	p.buf[t], p.ok[t] = b, true
+	p.buf[t], p.ok[t], p.eog[t] = b, true, eog
 	return b, nil
 }
+
+// isEOG reports whether t ends generation; t must have been through of.
+func (p *pieces) isEOG(t llama.Token) bool { return p.eog[t] }
 
 // textBuilder collects a completion's bytes token by token and watches for
 // stop strings. Pieces are bytes, not characters (byte-fallback tokens split
