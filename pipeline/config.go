@@ -24,6 +24,7 @@ type Config struct {
 	Advantage  AdvantageConfig  `toml:"advantage"`
 	Train      TrainConfig      `toml:"train"`
 	Run        RunConfig        `toml:"run"`
+	Experiment ExperimentConfig `toml:"experiment"`
 }
 
 // ModelConfig says which model to load and how.
@@ -112,7 +113,7 @@ type TrainConfig struct {
 	Eps         float64  `toml:"eps"`
 	WeightDecay float64  `toml:"weight_decay"`
 	GradClip    float64  `toml:"grad_clip"`
-	LossAgg     string   `toml:"loss_agg"` // token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
+	LossAgg     string   `toml:"loss_agg"`    // token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
 	MicroBatch  int      `toml:"micro_batch"` // tokens evaluated in one forward-backward pass (memory bound)
 	Seed        uint64   `toml:"seed"`
 }
@@ -123,6 +124,13 @@ type RunConfig struct {
 	PromptsPerStep int    `toml:"prompts_per_step"`
 	EvalEvery      int    `toml:"eval_every"`
 	Out            string `toml:"out"`
+}
+
+// ExperimentConfig is the grid of `confclip experiment`: every arm with
+// every seed, from the same start.
+type ExperimentConfig struct {
+	Arms  []string `toml:"arms"`  // binary_grpo, confclip_grpo, confclip_dr_grpo, binary_dr_grpo, confclip_rloo
+	Seeds []uint64 `toml:"seeds"` // rollout and adapter seeds
 }
 
 // DefaultConfig is the configuration used when neither file nor flag says otherwise.
@@ -137,7 +145,8 @@ func DefaultConfig() Config {
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
 			GradClip: 1, LossAgg: "token_mean", MicroBatch: 512,
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
-		Run: RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
+		Run:        RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
+		Experiment: ExperimentConfig{Arms: []string{"binary_grpo", "confclip_grpo", "confclip_dr_grpo"}, Seeds: []uint64{1, 2, 3}},
 	}
 }
 

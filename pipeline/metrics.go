@@ -30,6 +30,8 @@ type StepMetrics struct {
 	// EvalAccuracy is the greedy accuracy on the held-out prompts; nil in
 	// steps without an evaluation.
 	EvalAccuracy *float64 `json:"eval_accuracy,omitempty"`
+	// EvalMeanTokens is the mean completion length of that evaluation.
+	EvalMeanTokens *float64 `json:"eval_mean_tokens,omitempty"`
 	// MeanReward, RewardStd and ZeroStdFrac describe the chosen reward over
 	// the step's groups (METHOD.md "Group statistics"); ZeroStdFracBinary is
 	// the zero-std fraction the binary reward would have had on the same
@@ -93,12 +95,12 @@ func (m StepMetrics) cells() []string {
 }
 
 // MarshalJSON writes the fields in order, a missing float as null and a
-// missing eval_accuracy not at all (encoding/json refuses NaN).
+// missing evaluation (eval_accuracy, eval_mean_tokens) not at all (encoding/json refuses NaN).
 func (m StepMetrics) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, c := range m.cells() {
-		if c == "" && metricColumns[i] == "eval_accuracy" {
+		if c == "" && (metricColumns[i] == "eval_accuracy" || metricColumns[i] == "eval_mean_tokens") {
 			continue
 		}
 		if b.Len() > 1 {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -163,6 +164,9 @@ func addSeries(p *plot.Plot, name string, i int, xys plotter.XYs) error {
 func savePNG(p *plot.Plot, path string) error {
 	wt, err := p.WriterTo(plotWidth, plotHeight, "png")
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return WriteFileAtomic(path, func(w io.Writer) error {

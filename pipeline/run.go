@@ -1,0 +1,440 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/rollout"
+	"github.com/confclip/confclip/train"
+)
+
+// Files and folders of a run folder.
+const (
+	RunConfigFile  = "config.toml"     // the effective configuration
+	CheckpointFile = "checkpoint.json" // names the latest checkpoint
+	InitAdapter    = "adapter-init.gguf"
+)
+
+// Checkpoint is the state a run resumes from. Everything random in a step
+// (which prompts, every sequence's sampling stream) is derived from the seeds
+// and the step number, so the step is the RNG state; the adapter's values and
+// the AdamW moments are saved beside it.
+type Checkpoint struct {
+	Step      int    `json:"step"`
+	Dir       string `json:"dir"`       // relative to the run folder
+	Adapter   string `json:"adapter"`   // file in Dir
+	Optimizer string `json:"optimizer"` // file in Dir
+	Time      string `json:"time"`
+}
+
+// RunOptions says how to run the loop.
+type RunOptions struct {
+	Config Config
+	Resume bool // continue from the run folder's checkpoint
+	// Log receives one line per step (and notes); nil discards them.
+	Log io.Writer
+	// Live, when set, is called with a progress line that may be rewritten
+	// in place (a terminal); Log still gets the final line of each step.
+	Live func(line string)
+	// StopAfter, when > 0, stops (as if killed) after that many steps of
+	// this invocation; tests use it to check resumption.
+	StopAfter int
+}
+
+// RunResult is what a run ended with.
+type RunResult struct {
+	Dir     string        `json:"dir"`
+	Rows    []StepMetrics `json:"-"`
+	Before  *EvalResult   `json:"before,omitempty"` // held-out evaluation before training
+	After   *EvalResult   `json:"after,omitempty"`  // after the last step
+	Plots   []string      `json:"plots"`
+	Resumed int           `json:"resumed_from_step"`
+}
+
+// Run runs `confclip run`: for each step, rollouts with the current adapter,
+// scoring, export, one training step, every eval_every steps a greedy
+// evaluation on the held-out prompts; metrics, plots and a checkpoint after
+// every step.
+func Run(ctx context.Context, o RunOptions) (RunResult, error) {
+	cfg := o.Config
+	logw := o.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	dir := cfg.Run.Out
+	res := RunResult{Dir: dir}
+	if err := checkRunConfig(cfg); err != nil {
+		return res, err
+	}
+	trainPrompts, err := readPrompts(cfg.Data.Train)
+	if err != nil {
+		return res, err
+	}
+	var evalPrompts []dataset.Prompt
+	if cfg.Data.Eval != "" {
+		if evalPrompts, err = readPrompts(cfg.Data.Eval); err != nil {
+			return res, err
+		}
+	}
+	ck, err := prepareRunDir(cfg, o.Resume)
+	if err != nil {
+		return res, err
+	}
+
+	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers})
+	if err != nil {
+		return res, err
+	}
+	defer m.Close()
+	adapterPath := filepath.Join(dir, InitAdapter)
+	switch {
+	case ck != nil:
+		adapterPath = filepath.Join(dir, ck.Dir, ck.Adapter)
+		res.Resumed = ck.Step
+	case cfg.Model.Adapter != "":
+		adapterPath = cfg.Model.Adapter
+	default:
+		if err := train.CreateLoRA(m, adapterPath, LoRAConfig(cfg)); err != nil {
+			return res, err
+		}
+	}
+	a, err := llama.LoadAdapter(m, adapterPath)
+	if err != nil {
+		return res, err
+	}
+	defer a.Close()
+
+	tr, err := train.NewLoRATrainer(m, a, TrainerConfig(cfg))
+	if err != nil {
+		return res, err
+	}
+	defer tr.Close()
+	if ck != nil {
+		b, err := os.ReadFile(filepath.Join(dir, ck.Dir, ck.Optimizer))
+		if err != nil {
+			return res, fmt.Errorf("checkpoint: %w", err)
+		}
+		if err := tr.UnmarshalBinary(b); err != nil {
+			return res, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
+		}
+	}
+	engine, err := rollout.NewEngine(m, EngineOptions(cfg))
+	if err != nil {
+		return res, err
+	}
+	defer engine.Close()
+	if err := engine.SetAdapter(a, 1); err != nil {
+		return res, err
+	}
+	var greedy *rollout.Engine
+	if len(evalPrompts) > 0 {
+		if greedy, err = rollout.NewEngine(m, GreedyOptions(cfg)); err != nil {
+			return res, err
+		}
+		defer greedy.Close()
+		if err := greedy.SetAdapter(a, 1); err != nil {
+			return res, err
+		}
+	}
+
+	start := 0
+	if ck != nil {
+		start = ck.Step
+	}
+	mlog, err := OpenMetricsLog(dir, start)
+	if err != nil {
+		return res, err
+	}
+	defer mlog.Close()
+	evaluate := func(step int) (*EvalResult, error) {
+		if greedy == nil {
+			return nil, nil
+		}
+		r, err := Evaluate(ctx, cfg, greedy, nil, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"))
+		if err != nil {
+			return nil, fmt.Errorf("step %d: evaluation: %w", step, err)
+		}
+		return &r, nil
+	}
+	if start == 0 && greedy != nil {
+		ev, err := evaluate(0)
+		if err != nil {
+			return res, err
+		}
+		row := MissingMetrics()
+		row.Step = 0
+		row.EvalAccuracy = &ev.Accuracy
+		row.EvalMeanTokens = &ev.MeanTokens
+		if err := mlog.Append(row); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(logw, "step 0: held-out accuracy %.3f, mean tokens %.1f (before training)\n", ev.Accuracy, ev.MeanTokens)
+	}
+
+	runStart := time.Now()
+	done := 0
+	for step := start + 1; step <= cfg.Run.Steps; step++ {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr)
+		if err != nil {
+			return res, err
+		}
+		if cfg.Run.EvalEvery > 0 && (step%cfg.Run.EvalEvery == 0 || step == cfg.Run.Steps) {
+			ev, err := evaluate(step)
+			if err != nil {
+				return res, err
+			}
+			if ev != nil {
+				row.EvalAccuracy = &ev.Accuracy
+				row.EvalMeanTokens = &ev.MeanTokens
+			}
+		}
+		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
+			return res, err
+		}
+		if err := mlog.Append(row); err != nil {
+			return res, err
+		}
+		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots")); err != nil {
+			return res, err
+		}
+		done++
+		eta := time.Duration(float64(time.Since(runStart)) / float64(done) * float64(cfg.Run.Steps-step))
+		line := stepLine(row, cfg.Run.Steps, eta)
+		if o.Live != nil {
+			o.Live(line)
+		}
+		fmt.Fprintln(logw, line)
+		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
+			return res, ErrStopped
+		}
+	}
+	res.Rows = mlog.Rows()
+	res.Plots, err = Plot(res.Rows, filepath.Join(dir, "plots"))
+	if err != nil {
+		return res, err
+	}
+	res.Before, res.After = evalAt(dir, res.Rows, 0), evalAt(dir, res.Rows, cfg.Run.Steps)
+	return res, nil
+}
+
+// ErrStopped is returned when RunOptions.StopAfter ended a run early.
+var ErrStopped = errors.New("run stopped early (StopAfter)")
+
+func evalAt(dir string, rows []StepMetrics, step int) *EvalResult {
+	for _, r := range rows {
+		if r.Step == step && r.EvalAccuracy != nil {
+			ev := &EvalResult{Accuracy: *r.EvalAccuracy}
+			if r.EvalMeanTokens != nil {
+				ev.MeanTokens = *r.EvalMeanTokens
+			}
+			return ev
+		}
+	}
+	return nil
+}
+
+func stepLine(r StepMetrics, steps int, eta time.Duration) string {
+	ev := ""
+	if r.EvalAccuracy != nil {
+		ev = fmt.Sprintf(", held-out %.3f", *r.EvalAccuracy)
+	}
+	return fmt.Sprintf("step %d/%d: accuracy %.3f%s, reward %.3f, zero-std %.2f (binary %.2f), tokens %.1f, loss %.4g, grad %.3g, %.0f tokens/s, %.1fs, ETA %s",
+		r.Step, steps, r.Accuracy, ev, r.MeanReward, r.ZeroStdFrac, r.ZeroStdFracBinary, r.MeanTokens, r.Loss, r.GradNorm, r.TokensPerS, r.StepS, eta.Round(time.Second))
+}
+
+// runStep does one step's rollouts, scoring, export and training.
+func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer) (StepMetrics, error) {
+	t0 := time.Now()
+	sdir := filepath.Join(cfg.Run.Out, "steps", fmt.Sprintf("%04d", step))
+	if err := os.MkdirAll(sdir, 0o755); err != nil {
+		return StepMetrics{}, err
+	}
+	batch := stepPrompts(prompts, cfg.Run.PromptsPerStep, cfg.Rollout.Seed, step)
+	// Every step samples afresh: the engine's seed moves with the step.
+	o := e.Options()
+	e.SetSeed(cfg.Rollout.Seed + uint64(step)*1_000_003)
+	rolls := filepath.Join(sdir, "rollouts.jsonl")
+	rst, err := writeRollouts(ctx, e, batch, rolls)
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
+	}
+	_ = o
+	if rst.Records == 0 {
+		return StepMetrics{}, fmt.Errorf("step %d: no completions (%v)", step, firstErrors(rst.Errors))
+	}
+	t1 := time.Now()
+	scored := filepath.Join(sdir, "scored.jsonl")
+	sum, err := Score(ctx, NewScoreOptions(cfg, rolls, scored))
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: score: %w", step, err)
+	}
+	cfgJSON, _ := json.Marshal(cfg)
+	trainSet := filepath.Join(sdir, "train.jsonl")
+	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: cfg.Run.Out,
+		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd}); err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
+	}
+	t2 := time.Now()
+	recs, err := ReadTrainExamples(trainSet)
+	if err != nil {
+		return StepMetrics{}, err
+	}
+	row := StepMetricsOf(step, sum)
+	row.RolloutS = t1.Sub(t0).Seconds()
+	row.ScoreS = t2.Sub(t1).Seconds()
+	row.TokensPerS = rst.TokensPerSecond()
+	if len(recs) > 0 {
+		st, err := tr.Step(ctx, Examples(recs))
+		if err != nil {
+			return StepMetrics{}, fmt.Errorf("step %d: train: %w", step, err)
+		}
+		row.Loss, row.GradNorm = st.Loss, st.GradNorm
+	}
+	row.TrainS = time.Since(t2).Seconds()
+	row.StepS = time.Since(t0).Seconds()
+	return row, nil
+}
+
+// stepPrompts picks a step's prompts: the train prompts in an order shuffled
+// once per pass (seeded by the seed and the pass), taken in turn.
+func stepPrompts(ps []dataset.Prompt, n int, seed uint64, step int) []dataset.Prompt {
+	if n <= 0 || n > len(ps) {
+		n = len(ps)
+	}
+	out := make([]dataset.Prompt, 0, n)
+	for i := 0; i < n; i++ {
+		k := (step-1)*n + i
+		pass, j := k/len(ps), k%len(ps)
+		perm := rand.New(rand.NewPCG(seed, uint64(pass)+0x9e3779b9)).Perm(len(ps))
+		out = append(out, ps[perm[j]])
+	}
+	return out
+}
+
+func readPrompts(path string) ([]dataset.Prompt, error) {
+	if path == "" {
+		return nil, errors.New("no training prompts given ([data] train)")
+	}
+	ps, _, _, err := dataset.ReadFile[dataset.Prompt](path, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("%s: no prompts", path)
+	}
+	return ps, nil
+}
+
+func checkRunConfig(cfg Config) error {
+	switch {
+	case cfg.Model.Path == "":
+		return ErrNoModel
+	case cfg.Run.Out == "":
+		return errors.New("no run folder given ([run] out)")
+	case cfg.Run.Steps < 1:
+		return fmt.Errorf("run.steps = %d: want at least 1", cfg.Run.Steps)
+	case cfg.Rollout.Group < 2:
+		return fmt.Errorf("rollout.group = %d: group advantages need at least 2 completions per prompt", cfg.Rollout.Group)
+	}
+	return nil
+}
+
+// prepareRunDir creates the run folder, or on resume checks that the
+// configuration is the one the run started with and returns its checkpoint.
+func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
+	dir := cfg.Run.Out
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(cfg); err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, RunConfigFile)
+	old, err := os.ReadFile(cfgPath)
+	switch {
+	case err == nil && !resume:
+		return nil, fmt.Errorf("%s already holds a run: resume it with --resume, or choose another [run] out", dir)
+	case err == nil && resume:
+		if !bytes.Equal(old, buf.Bytes()) {
+			return nil, fmt.Errorf("%s: the run was started with another configuration (%s); resume with the same one", dir, cfgPath)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil // killed before its first checkpoint: start over
+		}
+		if err != nil {
+			return nil, err
+		}
+		var ck Checkpoint
+		if err := json.Unmarshal(b, &ck); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CheckpointFile), err)
+		}
+		return &ck, nil
+	case errors.Is(err, os.ErrNotExist) && resume:
+		return nil, fmt.Errorf("%s: nothing to resume (no %s)", dir, RunConfigFile)
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return nil, WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
+}
+
+// saveCheckpoint writes the adapter and the optimiser state into a new
+// folder, then points checkpoint.json at it (written atomically), then
+// removes the folder before it: a run killed at any moment leaves a
+// complete checkpoint.
+func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *train.Trainer) error {
+	name := fmt.Sprintf("checkpoints/step-%04d", step)
+	final := filepath.Join(dir, name)
+	tmp := final + ".tmp"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := train.SaveLoRA(a, arch, filepath.Join(tmp, "adapter.gguf")); err != nil {
+		return err
+	}
+	opt, err := tr.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	if err := WriteFileAtomic(filepath.Join(tmp, "optimizer.bin"), func(w io.Writer) error { _, err := w.Write(opt); return err }); err != nil {
+		return err
+	}
+	os.RemoveAll(final)
+	if err := os.Rename(tmp, final); err != nil {
+		return err
+	}
+	var prev Checkpoint
+	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil {
+		json.Unmarshal(b, &prev)
+	}
+	ck := Checkpoint{Step: step, Dir: name, Adapter: "adapter.gguf", Optimizer: "optimizer.bin", Time: time.Now().UTC().Format(time.RFC3339)}
+	b, _ := json.MarshalIndent(ck, "", "  ")
+	if err := WriteFileAtomic(filepath.Join(dir, CheckpointFile), func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
+		return err
+	}
+	if prev.Dir != "" && prev.Dir != name {
+		os.RemoveAll(filepath.Join(dir, prev.Dir))
+	}
+	return nil
+}
+
+// nan reports a metric that was not measured.
+func nan(v float64) bool { return math.IsNaN(v) }
