@@ -517,3 +517,24 @@ func TestRoundedKVCacheAgreement(t *testing.T) {
 		t.Logf("KV %s, flash attention %s: max |rollout - teacher-forced| log-prob %.3g", c.kv, c.fa, dlp)
 	}
 }
+
+// TestReferenceLoop checks that the benchmarks' C reference loop does the
+// same work as the engine: greedy, the same group, the same token count.
+func TestReferenceLoop(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 20, Parallel: 4, NCtx: 4 * 64, Sampling: sampler.Params{Temperature: 0}})
+	prompt := "What is 12+7?"
+	recs, st := generate(t, e, []dataset.Prompt{{ID: "r", Prompt: prompt}})
+	ref, err := llama.NewContext(m, llama.ContextParams{NCtx: 4 * 64, NSeqMax: 4, FlashAttn: "off", TypeK: "f32", TypeV: "f32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	n, err := llama.ReferenceBatchedGreedy(ref, recs[0].PromptTokens, 4, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != st.Tokens {
+		t.Fatalf("reference loop generated %d tokens, engine %d", n, st.Tokens)
+	}
+}
