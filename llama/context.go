@@ -297,8 +297,10 @@ func (b *Batch) Add(t Token, pos int, seqs []int, logits bool) (int, error) {
 
 // Adapter is a loaded LoRA adapter.
 type Adapter struct {
-	path string
-	a    *C.struct_llama_adapter_lora
+	path    string
+	a       *C.struct_llama_adapter_lora
+	alpha   float64
+	tensors []string // as in the file, read when loading
 }
 
 // LoadAdapter loads a LoRA adapter in llama.cpp's GGUF format for the model.
@@ -308,6 +310,11 @@ func LoadAdapter(m *Model, path string) (*Adapter, error) {
 		return nil, err
 	}
 	kind, arch := g.String("general.type"), g.String("general.architecture")
+	alpha, _ := g.Get("adapter.lora.alpha")
+	var names []string
+	for _, t := range g.Tensors() {
+		names = append(names, t.Name)
+	}
 	g.Close()
 	if kind != "adapter" {
 		return nil, fileErr(path, "not a LoRA adapter (general.type %q)", kind)
@@ -322,11 +329,18 @@ func LoadAdapter(m *Model, path string) (*Adapter, error) {
 	if a == nil {
 		return nil, fileErr(path, "%s", withCause("llama.cpp could not load the adapter"))
 	}
-	return &Adapter{path: path, a: a}, nil
+	al, _ := alpha.(float64)
+	return &Adapter{path: path, a: a, alpha: al, tensors: names}, nil
 }
 
-// Path is the adapter's file.
+// Path is the file the adapter was loaded from.
 func (a *Adapter) Path() string { return a.path }
+
+// Alpha is the adapter's adapter.lora.alpha (0 when the file has none).
+func (a *Adapter) Alpha() float64 { return a.alpha }
+
+// TensorNames lists the adapter's tensors as its file had them.
+func (a *Adapter) TensorNames() []string { return a.tensors }
 
 // Close frees the adapter (llama.cpp also frees it with its model).
 func (a *Adapter) Close() {

@@ -92,18 +92,11 @@ func newAdapterWriter(arch string, alpha float64) *llama.GGUFWriter {
 }
 
 // AdapterParams returns the adapter's A and B matrices in file order, for the
-// trainer. The adapter must have been loaded for the model.
+// trainer, and its alpha. The adapter must have been loaded for the model.
 func AdapterParams(a *llama.Adapter) ([]*llama.Param, float64, error) {
-	g, err := llama.OpenGGUF(a.Path())
-	if err != nil {
-		return nil, 0, err
-	}
-	defer g.Close()
-	alpha, _ := g.Get("adapter.lora.alpha")
-	al, _ := alpha.(float64)
 	var ps []*llama.Param
-	for _, t := range g.Tensors() {
-		p, err := a.Tensor(t.Name)
+	for _, name := range a.TensorNames() {
+		p, err := a.Tensor(name)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -112,7 +105,7 @@ func AdapterParams(a *llama.Adapter) ([]*llama.Param, float64, error) {
 	if len(ps) == 0 {
 		return nil, 0, fmt.Errorf("%s: the adapter has no tensors", a.Path())
 	}
-	return ps, al, nil
+	return ps, a.Alpha(), nil
 }
 
 // SaveLoRA writes the adapter's current values (as trained in memory) to
