@@ -167,12 +167,19 @@ func (e *Engine) Close() {
 
 // SetAdapter applies a LoRA adapter with a scale (1 = as trained) to every
 // later call; nil removes it.
+//
+// The context is made anew: llama.cpp (at the pinned commit) reuses a
+// compute graph of the same shape after the adapters change, since it
+// compares the context's adapter map by address, so a changed adapter would
+// go unused until the batch shape changed.
 func (e *Engine) SetAdapter(a *llama.Adapter, scale float32) error {
 	e.adapter, e.scale = a, scale
 	if e.ctx == nil {
 		return nil
 	}
-	return e.applyAdapter()
+	n := e.ctx.NCtx()
+	e.Close()
+	return e.ensureContext(n)
 }
 
 func (e *Engine) applyAdapter() error {

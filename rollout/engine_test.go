@@ -538,3 +538,72 @@ func TestReferenceLoop(t *testing.T) {
 		t.Fatalf("reference loop generated %d tokens, engine %d", n, st.Tokens)
 	}
 }
+
+// writeAdapter writes a LoRA adapter for the tiny model that changes
+// blk.0.attn_q (A and B both nonzero).
+func writeAdapter(t *testing.T) string {
+	s := modelgen.Tiny()
+	w := llama.NewGGUFWriter()
+	defer w.Close()
+	w.SetString("general.type", "adapter")
+	w.SetString("general.architecture", "llama")
+	w.SetString("adapter.type", "lora")
+	w.SetFloat32("adapter.lora.alpha", 4)
+	const r = 4
+	a, b := make([]float32, s.Embd*r), make([]float32, r*s.Embd)
+	for i := range a {
+		a[i] = float32(i%7) * 0.05
+	}
+	for i := range b {
+		b[i] = float32(i%5) * 0.05
+	}
+	w.AddTensorF32("blk.0.attn_q.weight.lora_a", []int64{int64(s.Embd), r}, a)
+	w.AddTensorF32("blk.0.attn_q.weight.lora_b", []int64{r, int64(s.Embd)}, b)
+	path := filepath.Join(t.TempDir(), "adapter.gguf")
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestAdapter(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	a, err := llama.LoadAdapter(m, writeAdapter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 16, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	force := func() []float64 {
+		r := &dataset.Rollout{PromptID: "a", Prompt: "What is 12+7?", Text: " The answer is 19."}
+		if err := e.TeacherForce(context.Background(), []*dataset.Rollout{r}); err != nil {
+			t.Fatal(err)
+		}
+		return r.Logprobs
+	}
+	base := force()
+	if err := e.SetAdapter(a, 1); err != nil {
+		t.Fatal(err)
+	}
+	adapted := force()
+	// Generation runs with the adapter too, and agrees with teacher forcing.
+	recs, _ := generate(t, e, tinyPrompts[:2])
+	if dlp, _ := forceCopies(t, e, recs); dlp > 1e-4 {
+		t.Fatalf("with the adapter, rollout and teacher-forced log-probs differ by %g", dlp)
+	}
+	if err := e.SetAdapter(nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	again := force()
+	changed := 0.0
+	for i := range base {
+		changed = math.Max(changed, math.Abs(adapted[i]-base[i]))
+		if again[i] != base[i] {
+			t.Fatalf("token %d: %v after removing the adapter, %v before adding it", i, again[i], base[i])
+		}
+	}
+	if changed < 1e-3 {
+		t.Fatalf("the adapter changed the log-probs by only %g", changed)
+	}
+	t.Logf("adapter moved log-probs by up to %.3g", changed)
+}
