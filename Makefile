@@ -30,10 +30,14 @@ endif
 export CGO_LDFLAGS := $(EXTRA_LDFLAGS) $(CGO_LDFLAGS)
 export CGO_ENABLED := 1
 
-# The Go build cache cannot see the C libraries change, so their checksum is
-# linked into the binary: a new library means a new stamp and a relink.
+# The Go build cache cannot see the C libraries or headers change, so their
+# checksums go into the build: the libraries' into the binary (a new library
+# means a new stamp and a relink), the headers' into the cgo flags (a changed
+# llama.h recompiles the cgo package).
 STAMP = $(shell cat $(LIBS) 2>/dev/null | sha256sum | cut -c1-16)
+HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/llama.cpp/ggml/include/*.h 2>/dev/null | sha256sum | cut -c1-16)
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
+export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
 .PHONY: all llama test test-go bench demo clean distclean cmake
 
