@@ -84,6 +84,19 @@ bench: $(LIBS)
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 2x -timeout 30m ./...
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers
 
+# The demo: a synthetic task, a small model trained for it from scratch with
+# llama.cpp's training code (kept in build/demo: delete it to train again),
+# then binary GRPO against ConfClip GRPO from the same start.
+DEMO := build/demo
+demo: bin/confclip
+	@mkdir -p $(DEMO)
+	./bin/confclip gen-task --out-dir $(DEMO)/data --n 4000 --held-out 200 --rl 800 \
+	  --max-operand 9 --max-word-operand 9 --ops add,mul,word --seed 1
+	@[ -f $(DEMO)/arith.gguf ] || ./bin/confclip pretrain --corpus $(DEMO)/data/corpus.txt \
+	  --out $(DEMO)/arith.gguf --steps 800 --batch 16 --lr 3e-3 --seed 1
+	rm -rf $(DEMO)/experiment
+	./bin/confclip experiment examples/demo.toml
+
 clean:
 	rm -rf bin $(BUILD) $(BUILD).cmake.log $(BUILD).build.log
 

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 
 	"github.com/confclip/confclip/llama"
 )
@@ -186,4 +188,25 @@ func Write(path string, s Spec) error {
 		w.AddTensorF32(t.Name, t.Shape, data)
 	}
 	return w.WriteFile(path)
+}
+
+// BenchPath is where the benchmarks keep the generated benchmark model,
+// relative to the repository root.
+const BenchPath = "build/models/bench-100m.gguf"
+
+// Cached writes the model to path unless a file is already there (a
+// generated model is deterministic, so a file there is the same model).
+func Cached(path string, s Spec) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := Write(tmp, s); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }

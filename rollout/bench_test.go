@@ -21,7 +21,7 @@ import (
 
 // benchModelPath is the ~100M-parameter benchmark model, generated once into
 // build/models (about 400 MB, F32).
-var benchModelPath = filepath.Join("..", "build", "models", "bench-100m.gguf")
+var benchModelPath = filepath.Join("..", modelgen.BenchPath)
 
 var benchOnce sync.Once
 var benchErr error
@@ -30,19 +30,7 @@ var benchErr error
 func benchModels(b *testing.B) []struct {
 	name, path, prompt string
 } {
-	benchOnce.Do(func() {
-		if _, err := os.Stat(benchModelPath); err == nil {
-			return
-		}
-		if err := os.MkdirAll(filepath.Dir(benchModelPath), 0o755); err != nil {
-			benchErr = err
-			return
-		}
-		tmp := benchModelPath + ".tmp"
-		if benchErr = modelgen.Write(tmp, modelgen.Bench()); benchErr == nil {
-			benchErr = os.Rename(tmp, benchModelPath)
-		}
-	})
+	benchOnce.Do(func() { benchErr = modelgen.Cached(benchModelPath, modelgen.Bench()) })
 	var ms []struct{ name, path, prompt string }
 	if benchErr != nil {
 		b.Logf("NOT RUN on bench-100m: generating %s failed: %v", benchModelPath, benchErr)

@@ -26,6 +26,7 @@ func init() {
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "generator seed"},
 			&cli.IntFlag{Name: "max-operand", Value: tasks.DefaultMaxOperand, Usage: "largest operand of add and sub, largest factor of mul"},
 			&cli.IntFlag{Name: "max-word-operand", Value: tasks.DefaultMaxWordOperand, Usage: "largest number in word problems"},
+			&cli.IntFlag{Name: "rl", Usage: "problems kept out of the corpus for RL: train.jsonl gets these only, corpus.txt the rest (default 0: train.jsonl is the corpus' problems)"},
 			&cli.StringFlag{Name: "ops", Value: "add,sub,mul,word", Usage: "kinds of problem, comma-separated"},
 		},
 		Action: func(c *cli.Context) error {
@@ -37,8 +38,8 @@ func init() {
 			if err := opts.Validate(); err != nil {
 				return cli.Exit("gen-task: "+err.Error(), 2)
 			}
-			if c.Int("held-out") >= c.Int("n") {
-				return cli.Exit(fmt.Sprintf("gen-task: --held-out %d leaves no training problems out of --n %d", c.Int("held-out"), c.Int("n")), 2)
+			if c.Int("held-out")+c.Int("rl") >= c.Int("n") || c.Int("rl") < 0 {
+				return cli.Exit(fmt.Sprintf("gen-task: --held-out %d and --rl %d leave no corpus problems out of --n %d", c.Int("held-out"), c.Int("rl"), c.Int("n")), 2)
 			}
 			dir := c.String("out-dir")
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -49,6 +50,12 @@ func init() {
 				fmt.Fprintf(os.Stderr, "gen-task: only %d distinct problems within these bounds (asked for %d)\n", len(ps), c.Int("n"))
 			}
 			train, eval := tasks.Split(ps, c.Int("held-out"))
+			pre := train
+			if k := c.Int("rl"); k > 0 {
+				// RL prompts the pre-trained model has not seen: its training
+				// accuracy then starts where its held-out accuracy does.
+				pre, train = train[k:], train[:k]
+			}
 			paths := map[string]string{"train": filepath.Join(dir, "train.jsonl"), "eval": filepath.Join(dir, "eval.jsonl"), "corpus": filepath.Join(dir, "corpus.txt")}
 			if err := tasks.WritePrompts(paths["train"], train); err != nil {
 				return err
@@ -56,9 +63,10 @@ func init() {
 			if err := tasks.WritePrompts(paths["eval"], eval); err != nil {
 				return err
 			}
-			// The corpus holds the training problems only, so that the
-			// held-out accuracy measures problems the model has not seen.
-			corpus := tasks.Corpus(train, c.Uint64("seed"))
+			// The corpus holds neither the held-out problems (so that the
+			// held-out accuracy measures problems the model has not seen) nor,
+			// with --rl, the RL prompts.
+			corpus := tasks.Corpus(pre, c.Uint64("seed"))
 			if err := pipeline.WriteFileAtomic(paths["corpus"], func(w io.Writer) error { return tasks.WriteCorpus(w, corpus) }); err != nil {
 				return err
 			}
