@@ -33,7 +33,7 @@ func init() {
 	})
 
 	newTeacherForce = func(ctx context.Context, cfg pipeline.Config) (func(context.Context, []*dataset.Rollout) error, func(), error) {
-		e, closeEngine, err := openEngine(cfg, engineOptions(cfg))
+		e, closeEngine, err := openEngine(cfg, pipeline.EngineOptions(cfg))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -61,7 +61,7 @@ func logprobsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	e, closeEngine, err := openEngine(cfg, engineOptions(cfg))
+	e, closeEngine, err := openEngine(cfg, pipeline.EngineOptions(cfg))
 	if err != nil {
 		return err
 	}

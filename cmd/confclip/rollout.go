@@ -16,7 +16,6 @@ import (
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/rollout"
-	"github.com/confclip/confclip/sampler"
 )
 
 func init() {
@@ -82,16 +81,6 @@ func rolloutConfig(c *cli.Context) (pipeline.Config, error) {
 		return cfg, fmt.Errorf("group %d, max tokens %d: want both >= 1", r.Group, r.MaxTokens)
 	}
 	return cfg, nil
-}
-
-// engineOptions maps the config onto the engine's options.
-func engineOptions(cfg pipeline.Config) rollout.Options {
-	r := cfg.Rollout
-	return rollout.Options{
-		Group: r.Group, MaxTokens: r.MaxTokens, Seed: r.Seed, Parallel: r.Parallel, Stop: r.Stop, Chat: r.Chat,
-		Sampling: sampler.Params{Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, MinP: r.MinP},
-		SeqCtx:   cfg.Model.Ctx, Threads: cfg.Model.Threads,
-	}
 }
 
 // openEngine loads the model (and adapter) and makes an engine; close frees
@@ -169,7 +158,7 @@ func rolloutAction(c *cli.Context) error {
 		fmt.Fprintf(stderr, "resuming %s: %d of %d prompts already complete\n", out, len(prompts)-len(todo), len(prompts))
 	}
 
-	opts := engineOptions(cfg)
+	opts := pipeline.EngineOptions(cfg)
 	opts.NoTiming = c.Bool("no-timing")
 	e, closeEngine, err := openEngine(cfg, opts)
 	if err != nil {
