@@ -1,0 +1,92 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/confclip/confclip/modelgen"
+)
+
+// run runs the command line in this process and returns the exit status the
+// program would have.
+func run(t *testing.T, args ...string) int {
+	t.Helper()
+	err := newApp().Run(append([]string{"confclip"}, args...))
+	if err == nil {
+		return 0
+	}
+	t.Logf("confclip %s: %v", strings.Join(args, " "), err)
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) && ec.ExitCode() != 0 {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+func TestEvalFailUnder(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "smoke.jsonl")
+	var b strings.Builder
+	for i := 0; i < 6; i++ {
+		fmt.Fprintf(&b, `{"id":"p%d","prompt":"Say %d:","answer":"x"}`+"\n", i, i)
+	}
+	os.WriteFile(data, []byte(b.String()), 0o644)
+	// The format verifier accepts any completion, or none: accuracy 1, then 0.
+	always := filepath.Join(dir, "always.toml")
+	os.WriteFile(always, []byte("[verifier]\nname = \"format\"\npattern = \"\"\"(?s).*\"\"\"\n"), 0o644)
+	never := filepath.Join(dir, "never.toml")
+	os.WriteFile(never, []byte("[verifier]\nname = \"format\"\npattern = \"\"\"^NEVER$\"\"\"\n"), 0o644)
+	base := []string{"eval", "--model", model, "--data", data, "--max-tokens", "4"}
+	cases := []struct {
+		config string
+		under  string
+		want   int
+	}{
+		{always, "0.9", 0},
+		{never, "0.5", 3},
+		{never, "0", 0},
+	}
+	for _, tc := range cases {
+		args := append([]string{"--config", tc.config}, base...)
+		args = append(args, "--fail-under", tc.under)
+		if got := run(t, args...); got != tc.want {
+			t.Errorf("%s --fail-under %s: exit %d, want %d", filepath.Base(tc.config), tc.under, got, tc.want)
+		}
+	}
+	if got := run(t, "eval", "--model", filepath.Join(dir, "missing.gguf"), "--data", data); got != 1 {
+		t.Errorf("a missing model: exit %d, want 1", got)
+	}
+}
+
+func TestInspectBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.gguf")
+	os.WriteFile(empty, nil, 0o644)
+	for _, p := range []string{filepath.Join(dir, "nope.gguf"), dir, empty} {
+		if got := run(t, "inspect", p); got != 1 {
+			t.Errorf("inspect %s: exit %d, want 1", p, got)
+		}
+	}
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, "inspect", model); got != 0 {
+		t.Errorf("inspect of a good model: exit %d", got)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[rollout]\ntemprature = 1\n"), 0o644)
+	if got := run(t, "--config", bad, "inspect", model); got != 1 {
+		t.Errorf("an unknown config key: exit %d, want 1", got)
+	}
+}
