@@ -68,6 +68,10 @@ func inspect(c *cli.Context) error {
 	}
 	nTensors, fileSize := len(g.Tensors()), g.FileSize()
 	vocabOnly := c.Bool("vocab-only") || nTensors == 0
+	if g.String("general.type") == "adapter" {
+		defer g.Close()
+		return inspectAdapter(c, g)
+	}
 	g.Close()
 	m, err := llama.LoadModel(path, llama.ModelParams{VocabOnly: vocabOnly})
 	if err != nil {
@@ -143,4 +147,27 @@ func tokenize(c *cli.Context) error {
 		fmt.Printf("%6d %q\n", t, p)
 	}
 	return nil
+}
+
+// inspectAdapter prints a LoRA adapter's metadata (it needs no model).
+func inspectAdapter(c *cli.Context, g *llama.GGUF) error {
+	alpha, _ := g.Get("adapter.lora.alpha")
+	info := struct {
+		Path         string `json:"path"`
+		FileSize     int64  `json:"file_size"`
+		Type         string `json:"type"`
+		Architecture string `json:"architecture"`
+		AdapterType  string `json:"adapter_type"`
+		Alpha        any    `json:"alpha"`
+		Tensors      int    `json:"tensors"`
+	}{g.Path(), g.FileSize(), "adapter", g.String("general.architecture"), g.String("adapter.type"), alpha, len(g.Tensors())}
+	if c.Bool("json") {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(info)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "file\t%s\nfile size\t%d\ntype\tadapter (%s)\narch\t%s\nalpha\t%v\ntensors\t%d\n",
+		info.Path, info.FileSize, info.AdapterType, info.Architecture, info.Alpha, info.Tensors)
+	return tw.Flush()
 }
