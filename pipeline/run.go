@@ -46,8 +46,9 @@ type RunOptions struct {
 	Resume bool // continue from the run folder's checkpoint
 	// Log receives one line per step (and notes); nil discards them.
 	Log io.Writer
-	// Live, when set, is called with a progress line that may be rewritten
-	// in place (a terminal); Log still gets the final line of each step.
+	// Live, when set, is told which stage a step is in ("step 3/20:
+	// rollout"), for a status line rewritten in place on a terminal; Log
+	// still gets each step's final line.
 	Live func(line string)
 	// StopAfter, when > 0, stops (as if killed) after that many steps of
 	// this invocation; tests use it to check resumption.
@@ -190,11 +191,17 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr)
+		stage := func(name string) {
+			if o.Live != nil {
+				o.Live(fmt.Sprintf("step %d/%d: %s", step, cfg.Run.Steps, name))
+			}
+		}
+		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr, stage)
 		if err != nil {
 			return res, err
 		}
 		if cfg.Run.EvalEvery > 0 && (step%cfg.Run.EvalEvery == 0 || step == cfg.Run.Steps) {
+			stage("held-out evaluation")
 			ev, err := evaluate(step)
 			if err != nil {
 				return res, err
@@ -216,9 +223,6 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		done++
 		eta := time.Duration(float64(time.Since(runStart)) / float64(done) * float64(cfg.Run.Steps-step))
 		line := stepLine(row, cfg.Run.Steps, eta)
-		if o.Live != nil {
-			o.Live(line)
-		}
 		fmt.Fprintln(logw, line)
 		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
 			return res, ErrStopped
@@ -259,26 +263,26 @@ func stepLine(r StepMetrics, steps int, eta time.Duration) string {
 }
 
 // runStep does one step's rollouts, scoring, export and training.
-func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer) (StepMetrics, error) {
+func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer, stage func(string)) (StepMetrics, error) {
 	t0 := time.Now()
 	sdir := filepath.Join(cfg.Run.Out, "steps", fmt.Sprintf("%04d", step))
 	if err := os.MkdirAll(sdir, 0o755); err != nil {
 		return StepMetrics{}, err
 	}
+	stage("rollout")
 	batch := stepPrompts(prompts, cfg.Run.PromptsPerStep, cfg.Rollout.Seed, step)
 	// Every step samples afresh: the engine's seed moves with the step.
-	o := e.Options()
 	e.SetSeed(cfg.Rollout.Seed + uint64(step)*1_000_003)
 	rolls := filepath.Join(sdir, "rollouts.jsonl")
 	rst, err := writeRollouts(ctx, e, batch, rolls)
 	if err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
 	}
-	_ = o
 	if rst.Records == 0 {
 		return StepMetrics{}, fmt.Errorf("step %d: no completions (%v)", step, firstErrors(rst.Errors))
 	}
 	t1 := time.Now()
+	stage("scoring")
 	scored := filepath.Join(sdir, "scored.jsonl")
 	sum, err := Score(ctx, NewScoreOptions(cfg, rolls, scored))
 	if err != nil {
@@ -300,6 +304,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.ScoreS = t2.Sub(t1).Seconds()
 	row.TokensPerS = rst.TokensPerSecond()
 	if len(recs) > 0 {
+		stage("training")
 		st, err := tr.Step(ctx, Examples(recs))
 		if err != nil {
 			return StepMetrics{}, fmt.Errorf("step %d: train: %w", step, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -60,7 +61,14 @@ func runCmd(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := pipeline.Run(ctx, pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Log: os.Stderr})
+	opts := pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Log: os.Stderr}
+	if isTerminal(os.Stderr) {
+		// One live line: the stage of the running step, replaced by the
+		// step's summary when it ends.
+		opts.Live = func(line string) { fmt.Fprintf(os.Stderr, "\r\033[K%s", line) }
+		opts.Log = clearLine{os.Stderr}
+	}
+	res, err := pipeline.Run(ctx, opts)
 	if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
 		return fmt.Errorf("interrupted; the last checkpoint is in %s: continue with --resume", cfg.Run.Out)
 	}
@@ -95,4 +103,19 @@ func experimentCmd(c *cli.Context) error {
 		fmt.Printf("plot: %s\n", p)
 	}
 	return nil
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// clearLine clears the live line before each write.
+type clearLine struct{ w io.Writer }
+
+func (c clearLine) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(c.w, "\r\033[K"); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }
