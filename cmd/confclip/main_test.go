@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/modelgen"
 )
 
@@ -88,5 +90,48 @@ func TestInspectBadFiles(t *testing.T) {
 	os.WriteFile(bad, []byte("[rollout]\ntemprature = 1\n"), 0o644)
 	if got := run(t, "--config", bad, "inspect", model); got != 1 {
 		t.Errorf("an unknown config key: exit %d, want 1", got)
+	}
+}
+
+// TestScoreCommandWorkedExamples runs METHOD.md's worked examples 1 and 2
+// (plus an all-wrong group) through `confclip score` and checks the records
+// field by field.
+func TestScoreCommandWorkedExamples(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "scored.jsonl")
+	summary := filepath.Join(dir, "summary.json")
+	cfgPath := filepath.Join(dir, "exact.toml")
+	os.WriteFile(cfgPath, []byte("[verifier]\nname = \"exact\"\n"), 0o644)
+	in := filepath.Join("..", "..", "pipeline", "testdata", "examples.jsonl")
+	if got := run(t, "--config", cfgPath, "score", "--data", in, "--out", out, "--summary", summary,
+		"--reward", "confclip", "--advantage", "grpo", "--confidence", "geo_mean"); got != 0 {
+		t.Fatalf("score: exit %d", got)
+	}
+	want := map[string][][3]float64{ // confidence, reward, advantage (METHOD.md)
+		"ex1": {{0.8, 0.8, 1.00401}, {0.5, 0.5, 0.61536}, {0.9, -0.9, -1.19834}, {0.3, -0.3, -0.42104}},
+		"ex2": {{0.97, 0.95, 0.75377}, {0.6, 0.6, -1.35679}, {0.8, 0.8, -0.15075}, {0.99, 0.95, 0.75377}},
+	}
+	recs, _, _, err := dataset.ReadFile[dataset.Scored](out, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, r := range recs {
+		w, ok := want[r.PromptID]
+		if !ok {
+			continue
+		}
+		e := w[r.Sample]
+		if math.Abs(r.Confidence-e[0]) > 1e-5 || math.Abs(r.Reward-e[1]) > 1e-5 || math.Abs(r.Advantage-e[2]) > 1e-5 {
+			t.Errorf("%s/%d: confidence %.6f reward %.6f advantage %.6f, want %v", r.PromptID, r.Sample, r.Confidence, r.Reward, r.Advantage, e)
+		}
+		checked++
+	}
+	if checked != 8 {
+		t.Fatalf("checked %d records, want 8", checked)
+	}
+	b, err := os.ReadFile(summary)
+	if err != nil || !strings.Contains(string(b), `"zero_std_groups"`) {
+		t.Fatalf("summary: %v %s", err, b)
 	}
 }
