@@ -76,9 +76,14 @@ FORCE:
 # is absent and do not count as passed.
 PKGS ?= ./...
 RUN  ?= .
+# The full verbose log goes to build/test.log; the screen gets each
+# package's result, every skipped test with its reason (NOT RUN ...) and, on a
+# failure, the failing tests' output.
 test: $(LIBS)
 	$(GO) vet $(PKGS)
-	$(GO) test $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RUN)' $(PKGS)
+	@set -o pipefail; $(GO) test -v $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RUN)' $(PKGS) 2>&1 \
+	  | tee $(BUILD)/test.log | grep -E '^(ok|FAIL|--- FAIL|--- SKIP|panic:)|NOT RUN' \
+	  || { echo; echo "failures (full log in $(BUILD)/test.log):"; grep -A30 -e '--- FAIL' -e '^panic:' $(BUILD)/test.log | head -300; exit 1; }
 
 # Pure-Go benchmarks run for the usual second each; the model benchmarks
 # (llama.cpp against C loops, batching, training against forward) a few
