@@ -2,9 +2,9 @@ package llama_test
 
 import (
 	"fmt"
-	"sort"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"testing"
 	"time"
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
@@ -37,7 +38,7 @@ func benchModels(b *testing.B) []struct {
 	} else {
 		ms = append(ms, struct{ name, path, prompt string }{"bench-100m", benchModelPath, "What is 12+7? Answer:"})
 	}
-	dir, _ := filepath.Abs(filepath.Join("..", "..", "shared", "models"))
+	dir := testutil.SharedDir()
 	if p := filepath.Join(dir, "stories260K.gguf"); fileExists(p) {
 		ms = append(ms, struct{ name, path, prompt string }{"stories260K", p, "Once upon a time"})
 	} else {

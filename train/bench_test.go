@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
@@ -37,7 +38,7 @@ func peakRSS() float64 {
 // the ratio and the peak memory.
 func BenchmarkTrainAgainstForward(b *testing.B) {
 	models := []struct{ name, path string }{{"tiny", tinyPath}}
-	if p, _ := filepath.Abs(filepath.Join("..", "..", "shared", "models", "stories260K.gguf")); fileExists(p) {
+	if p := filepath.Join(testutil.SharedDir(), "stories260K.gguf"); fileExists(p) {
 		models = append(models, struct{ name, path string }{"stories260K", p})
 	} else {
 		b.Logf("NOT RUN on stories260K: %s is absent", p)

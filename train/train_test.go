@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
-	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/sampler"
 )
 
@@ -24,17 +24,7 @@ func TestMain(m *testing.M) {
 	if p := os.Getenv("CONFCLIP_TRAIN_HELPER"); p != "" {
 		os.Exit(helperProcess(p))
 	}
-	dir, err := os.MkdirTemp("", "train-test-")
-	if err != nil {
-		panic(err)
-	}
-	tinyPath = filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(tinyPath, modelgen.Tiny()); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testutil.Main(m, &tinyPath)
 }
 
 func load(t testing.TB, noMmap bool) *llama.Model {
