@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 )
 
@@ -16,6 +19,7 @@ func init() {
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `FILE`.gguf"},
 			&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny (about 100K parameters) or bench (about 100M)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "weight RNG seed"},
+			&cli.StringFlag{Name: "quantize", Usage: "quantize with llama.cpp's quantizer: " + strings.Join(llama.QuantTypes(), ", ")},
 		},
 		Action: func(c *cli.Context) error {
 			var s modelgen.Spec
@@ -28,8 +32,21 @@ func init() {
 				return cli.Exit(fmt.Sprintf("gen-model: --size %q: want tiny or bench", c.String("size")), 2)
 			}
 			s.Seed = c.Uint64("seed")
-			if err := modelgen.Write(c.String("out"), s); err != nil {
-				return err
+			out := c.String("out")
+			q := c.String("quantize")
+			if q == "" {
+				if err := modelgen.Write(out, s); err != nil {
+					return err
+				}
+			} else {
+				f32 := out + ".f32.tmp"
+				defer os.Remove(f32)
+				if err := modelgen.Write(f32, s); err != nil {
+					return err
+				}
+				if err := llama.Quantize(f32, out, q, 0); err != nil {
+					return err
+				}
 			}
 			fmt.Println(c.String("out"))
 			return nil

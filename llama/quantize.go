@@ -1,0 +1,64 @@
+package llama
+
+/*
+#include <stdlib.h>
+#include "llama.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unsafe"
+)
+
+// quantTypes are the file types Quantize writes, by name.
+var quantTypes = map[string]C.enum_llama_ftype{
+	"f16": C.LLAMA_FTYPE_MOSTLY_F16, "q8_0": C.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_0": C.LLAMA_FTYPE_MOSTLY_Q4_0,
+	"q4_k_m": C.LLAMA_FTYPE_MOSTLY_Q4_K_M, "q5_k_m": C.LLAMA_FTYPE_MOSTLY_Q5_K_M, "q6_k": C.LLAMA_FTYPE_MOSTLY_Q6_K,
+}
+
+// QuantTypes lists the names Quantize accepts.
+func QuantTypes() []string {
+	var names []string
+	for n := range quantTypes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Quantize writes a quantized copy of a model with llama.cpp's quantizer
+// (through a temporary file and a rename). Weight matrices whose rows do not
+// fit the type's block size are kept as they are by llama.cpp.
+func Quantize(in, out, typ string, threads int) error {
+	ft, ok := quantTypes[strings.ToLower(typ)]
+	if !ok {
+		return fmt.Errorf("quantization type %q: want one of %v", typ, QuantTypes())
+	}
+	g, err := OpenGGUF(in)
+	if err != nil {
+		return err
+	}
+	g.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	p := C.llama_model_quantize_default_params()
+	p.ftype = ft
+	p.nthread = C.int32_t(threads)
+	cin, cout := C.CString(in), C.CString(tmp.Name())
+	defer C.free(unsafe.Pointer(cin))
+	defer C.free(unsafe.Pointer(cout))
+	takeError()
+	if rc := C.llama_model_quantize(cin, cout, &p); rc != 0 {
+		return fileErr(in, "%s", withCause(fmt.Sprintf("quantizing to %s failed", typ)))
+	}
+	return os.Rename(tmp.Name(), out)
+}
