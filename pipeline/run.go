@@ -290,7 +290,16 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	}
 	cfgJSON, _ := json.Marshal(cfg)
 	trainSet := filepath.Join(sdir, "train.jsonl")
-	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: cfg.Run.Out,
+	// Provenance: the adapter the rollouts were sampled with is the state
+	// after the previous step.
+	adapter := filepath.Join(cfg.Run.Out, InitAdapter)
+	if cfg.Model.Adapter != "" {
+		adapter = cfg.Model.Adapter
+	}
+	if step > 1 {
+		adapter = filepath.Join(cfg.Run.Out, fmt.Sprintf("checkpoints/step-%04d/adapter.gguf", step-1))
+	}
+	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: adapter,
 		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd}); err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
