@@ -276,12 +276,13 @@ func fixFracSqrt(s string, depth int) string {
 			}
 			switch {
 			case s[i] == '{':
-				c := matchBrace(s, i)
-				if c < 0 {
-					c = len(s) - 1
+				// An unclosed brace ("\frac{") takes the rest of the text.
+				inner, next := s[i+1:], len(s)
+				if c := matchBrace(s, i); c >= 0 {
+					inner, next = s[i+1:c], c+1
 				}
-				b.WriteString("{" + fixFracSqrt(s[i+1:c], depth+1) + "}")
-				i = c + 1
+				b.WriteString("{" + fixFracSqrt(inner, depth+1) + "}")
+				i = next
 			case s[i] == '\\': // a command argument: \frac\pi2
 				j := i + 1
 				for j < len(s) && isLetter(s[j]) {
