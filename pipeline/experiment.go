@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/confclip/confclip/confclip"
 )
 
 // Arm is one configuration of an experiment: a reward and an advantage
@@ -178,7 +180,8 @@ func (a *ArmResult) summarise() {
 	a.SecondsPerStep, _ = meanStd(col(func(s SeedResult) float64 { return s.SecondsPerStep }))
 }
 
-// meanStd is the mean and the n-1 standard deviation of the finite values.
+// meanStd is the mean and the n-1 standard deviation of the finite values
+// (NaN when there are none: a seed whose run had no evaluation).
 func meanStd(v []float64) (mean, std float64) {
 	var xs []float64
 	for _, x := range v {
@@ -189,17 +192,7 @@ func meanStd(v []float64) (mean, std float64) {
 	if len(xs) == 0 {
 		return math.NaN(), math.NaN()
 	}
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= float64(len(xs))
-	if len(xs) > 1 {
-		for _, x := range xs {
-			std += (x - mean) * (x - mean)
-		}
-		std = math.Sqrt(std / float64(len(xs)-1))
-	}
-	return mean, std
+	return confclip.MeanStd(xs)
 }
 
 // averageRows averages the runs' metrics step by step (for the comparison

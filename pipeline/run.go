@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -449,6 +448,3 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	}
 	return nil
 }
-
-// nan reports a metric that was not measured.
-func nan(v float64) bool { return math.IsNaN(v) }
