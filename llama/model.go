@@ -16,7 +16,14 @@ import (
 
 // ModelParams says how to load a model.
 type ModelParams struct {
-	GPULayers int  // layers to offload to the GPU; -1 = all, 0 = none
+	GPULayers int  // layers to offload to the GPU; -1 = all, 0 = none (CPU only)
+	// Device names the one device to offload to ("Vulkan0", "CUDA1"; see
+	// Devices); "" = every GPU, "CPU" = none.
+	Device string
+	// OpOffload lets large matrix products of CPU layers run on the GPU
+	// (llama.cpp's op offload). It is always on with GPU layers; with none it
+	// is off unless set here, so that GPULayers 0 means CPU only.
+	OpOffload bool
 	NoMmap    bool // read the file instead of mapping it
 	VocabOnly bool // load only the tokenizer (vocab-only GGUF files)
 }
@@ -31,6 +38,7 @@ type Model struct {
 	// vocabOnly models have no hyperparameters; llama.cpp aborts when asked
 	// for them, so Info leaves them zero.
 	vocabOnly bool
+	opOffload bool // see ModelParams.OpOffload
 }
 
 // Token is a vocabulary id.
@@ -62,6 +70,14 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	if p.GPULayers < 0 {
 		mp.n_gpu_layers = 999
 	}
+	devs, err := selectDevices(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if devs != nil {
+		defer C.free(unsafe.Pointer(devs))
+		mp.devices = devs
+	}
 	mp.use_mmap = C.bool(!p.NoMmap)
 	mp.vocab_only = C.bool(p.VocabOnly)
 	cpath := C.CString(path)
@@ -71,7 +87,8 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	if m == nil {
 		return nil, fileErr(path, "%s", withCause("llama.cpp could not load the model (architecture "+arch+")"))
 	}
-	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly}
+	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly,
+		opOffload: p.GPULayers != 0 || p.OpOffload}
 	model.nv = int(C.llama_vocab_n_tokens(model.vocab))
 	runtime.SetFinalizer(model, (*Model).Close)
 	return model, nil

@@ -19,14 +19,18 @@ var Version = "0.1.0-dev"
 func init() {
 	register(&cli.Command{
 		Name:  "version",
-		Usage: "print the program version, the llama.cpp commit, compiled backends and CPU features",
+		Usage: "print the program version, the llama.cpp commit, compiled backends, devices with their memory and CPU features",
 		Action: func(c *cli.Context) error {
 			if _, err := loadConfig(c); err != nil {
 				return err
 			}
 			fmt.Printf("confclip %s (%s/%s, %s)\n", Version, runtime.GOOS, runtime.GOARCH, runtime.Version())
 			fmt.Printf("llama.cpp %s (libraries %s)\n", llama.LlamaCommit, llama.BuildStamp)
-			fmt.Printf("backends: %s\n", strings.Join(llama.Backends(), ", "))
+			fmt.Printf("backends: %s\n", strings.Join(llama.BackendNames(), ", "))
+			fmt.Println("devices:")
+			for _, d := range llama.Devices() {
+				fmt.Printf("  %s (%s, %s backend): %s, %d MiB free of %d MiB\n", d.Name, d.Type, d.Backend, d.Description, d.MemFree>>20, d.MemTotal>>20)
+			}
 			fmt.Printf("system: %s\n", llama.SystemInfo())
 			return nil
 		},
