@@ -333,6 +333,11 @@ func (c *comparer) exprEqual1(a, b *node) bool {
 	if okA && okB {
 		return ra.Cmp(rb) == 0
 	}
+	if ga, ok := exactComplex(a); ok {
+		if gb, ok := exactComplex(b); ok {
+			return ga.equal(gb)
+		}
+	}
 	return c.atPoints(a, b, func(x, y complex128) bool { return c.close(x, y) })
 }
 
@@ -369,6 +374,11 @@ func (c *comparer) atPoints(a, b *node, same func(x, y complex128) bool) bool {
 	names := make([]string, 0, len(set))
 	for v := range set {
 		names = append(names, v)
+	}
+	// i is the imaginary unit in a numeric answer ("3+4i") but a symbol
+	// among other free symbols ("x_i + i x"): both sides read it one way.
+	if len(names) > 0 && (hasKind(a, kI) || hasKind(b, kI)) {
+		names = append(names, "i")
 	}
 	sort.Strings(names)
 	if len(names) == 0 {
