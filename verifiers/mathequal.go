@@ -323,8 +323,12 @@ outer:
 // exprEqual compares two expressions: exactly when both are rational
 // numbers, else numerically (relative tolerance) at fixed random points for
 // their variables. A trailing percent sign may be read either way: "50\%"
-// matches both 50 and 0.5.
+// matches both 50 and 0.5. Two percentages compare as percentages, so that
+// "0.5\%" (read as 0.5) is not "50\%" (read as 0.5).
 func (c *comparer) exprEqual(a, b *node) bool {
+	if a.kind == kPercent && b.kind == kPercent {
+		return c.exprEqual1(a.args[0], b.args[0])
+	}
 	for _, x := range percentReadings(a) {
 		for _, y := range percentReadings(b) {
 			if c.exprEqual1(x, y) {
