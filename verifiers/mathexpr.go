@@ -319,8 +319,12 @@ func (p *parser) term() *node {
 }
 
 // implicitProduct joins two juxtaposed factors: a product, except an
-// integer before a fraction of integers, which is a mixed number.
+// integer before a fraction of integers, which is a mixed number (also
+// of percent: "12\frac{1}{2}\%" is 12.5%).
 func (p *parser) implicitProduct(left, right *node) *node {
+	if right.kind == kPercent && right.args[0].frac && (left.intLit || left.kind == kNeg && left.args[0].intLit) {
+		return p.mk(kPercent, p.implicitProduct(left, right.args[0]))
+	}
 	if right.frac {
 		if left.intLit {
 			return p.mk(kAdd, left, right)
