@@ -325,31 +325,75 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 }
 
 // stepPrompts picks a step's prompts: the train prompts in an order shuffled
-// once per pass (seeded by the seed and the pass), taken in turn.
+// once per pass (seeded by the seed and the pass), taken in turn. A step
+// never holds a prompt twice: when a step crosses the end of a pass, a
+// prompt that the next pass's order brings up again is deferred to the next
+// step, in order. The draw is replayed from step 1, so a step's prompts
+// depend only on the seed and the step number (resume relies on it); when
+// the step size divides the prompts nothing is ever deferred.
 func stepPrompts(ps []dataset.Prompt, n int, seed uint64, step int) []dataset.Prompt {
 	if n <= 0 || n > len(ps) {
 		n = len(ps)
 	}
-	out := make([]dataset.Prompt, 0, n)
-	for i := 0; i < n; i++ {
-		k := (step-1)*n + i
-		pass, j := k/len(ps), k%len(ps)
-		perm := rand.New(rand.NewPCG(seed, uint64(pass)+0x9e3779b9)).Perm(len(ps))
-		out = append(out, ps[perm[j]])
+	pass, pos := 0, 0
+	perm := passOrder(len(ps), seed, pass)
+	var deferred, picked []int
+	for s := 1; s <= step; s++ {
+		queue := deferred
+		deferred, picked = nil, picked[:0]
+		in := make(map[int]bool, n)
+		for len(picked) < n {
+			var k int
+			if len(queue) > 0 {
+				k, queue = queue[0], queue[1:]
+			} else {
+				if pos == len(ps) {
+					pass, pos = pass+1, 0
+					perm = passOrder(len(ps), seed, pass)
+				}
+				k, pos = perm[pos], pos+1
+			}
+			if in[k] {
+				deferred = append(deferred, k)
+				continue
+			}
+			in[k] = true
+			picked = append(picked, k)
+		}
+		deferred = append(queue, deferred...)
+	}
+	out := make([]dataset.Prompt, len(picked))
+	for i, k := range picked {
+		out[i] = ps[k]
 	}
 	return out
 }
 
+// passOrder is the shuffled order of one pass over n prompts.
+func passOrder(n int, seed uint64, pass int) []int {
+	return rand.New(rand.NewPCG(seed, uint64(pass)+0x9e3779b9)).Perm(n)
+}
+
+// readPrompts reads a prompt file and refuses one whose ids repeat: scoring
+// groups completions by prompt id, so two prompts with one id would merge
+// into one group.
 func readPrompts(path string) ([]dataset.Prompt, error) {
 	if path == "" {
 		return nil, errors.New("no training prompts given ([data] train)")
 	}
-	ps, _, _, err := dataset.ReadFile[dataset.Prompt](path, false)
+	ps, lines, _, err := dataset.ReadFile[dataset.Prompt](path, false)
 	if err != nil {
 		return nil, err
 	}
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("%s: no prompts", path)
+	}
+	line := make(map[string]int, len(ps))
+	for i, p := range ps {
+		if first, dup := line[p.ID]; dup {
+			return nil, fmt.Errorf("%s: line %d: prompt id %q already used on line %d (ids must be unique)", path, lines[i], p.ID, first)
+		}
+		line[p.ID] = lines[i]
 	}
 	return ps, nil
 }

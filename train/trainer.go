@@ -13,13 +13,6 @@ import (
 	"github.com/confclip/confclip/llama"
 )
 
-// Loss aggregations (METHOD.md "Loss for the training step").
-const (
-	TokenMean           = "token_mean"              // Z = sum_i T_i (DAPO)
-	SeqMeanTokenMean    = "seq_mean_token_mean"     // per sequence / T_i, then / G (GRPO)
-	SeqMeanTokenSumNorm = "seq_mean_token_sum_norm" // Z = G * max_tokens (Dr. GRPO)
-)
-
 // Config is the optimiser and batching setup.
 type Config struct {
 	LR          float64 // AdamW learning rate

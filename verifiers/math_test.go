@@ -18,6 +18,7 @@ type mathCase struct {
 	Reference  string `json:"reference"`
 	Completion string `json:"completion"`
 	Correct    bool   `json:"correct"`
+	Reason     string `json:"reason,omitempty"` // why the verdict is what it is
 }
 
 func loadMathCases(t testing.TB) []mathCase {
@@ -52,8 +53,18 @@ func newMathForTest(t testing.TB) Verifier {
 // (of the verdict "correct") per category; any miss fails the test.
 func TestMathSuite(t *testing.T) {
 	cases := loadMathCases(t)
-	if len(cases) < 300 {
-		t.Fatalf("suite has %d cases, want at least 300", len(cases))
+	if len(cases) < 800 {
+		t.Fatalf("suite has %d cases, want at least 800", len(cases))
+	}
+	// A category that gives reasons gives one for every verdict.
+	reasoned := map[string]bool{}
+	for _, c := range cases {
+		reasoned[c.Category] = reasoned[c.Category] || c.Reason != ""
+	}
+	for i, c := range cases {
+		if reasoned[c.Category] && c.Reason == "" {
+			t.Errorf("line %d (%s): no reason for the verdict", i+1, c.Category)
+		}
 	}
 	v := newMathForTest(t)
 	type counts struct{ tp, fp, fn, tn int }

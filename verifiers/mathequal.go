@@ -18,6 +18,7 @@ type value struct {
 	open, close byte    // vSeq delimiters: ( [ and ) ]
 	elems       []value // vSeq, vSet
 	text        string  // vText
+	rel         *relation
 }
 
 type valueKind uint8
@@ -27,6 +28,7 @@ const (
 	vSeq
 	vSet
 	vEq
+	vRel // an inequality or a chain of them
 	vText
 )
 
@@ -44,6 +46,7 @@ const (
 //	unions           "(-\infty,1) \cup (2,\infty)"  → set of intervals
 //	set braces       "\{1, 2\}"                     → set
 //	bare lists       "1, 2"                         → set (MATH's "all solutions")
+//	inequalities     "x > 3" → 3 < x; "1 \le x < 3"
 //	equations        "x = 3" → 3; "x \in [0,1]" → [0,1]; "y = 2x" vs "2x - y = 0"
 //	tuples/intervals "(1, 2)", "[0, 1)"
 //	expressions      everything else; text when it does not parse
@@ -76,6 +79,9 @@ func parseValue(s string, depth int) value {
 		if parts := splitTop(s, ","); len(parts) > 1 {
 			return setOf(parts, depth)
 		}
+	}
+	if v, ok := parseInequality(s); ok {
+		return v
 	}
 	if v, ok := parseRelation(s, depth); ok {
 		return v
@@ -260,6 +266,13 @@ func (c *comparer) equal(a, b value) bool {
 	if b.kind == vSet && len(b.elems) == 1 {
 		b = b.elems[0]
 	}
+	if a.kind == vRel && b.kind == vSeq { // "x > 3" is (3, \infty)
+		a, b = b, a
+	}
+	if a.kind == vSeq && b.kind == vRel {
+		iv, ok := relInterval(b.rel)
+		return ok && c.equal(a, iv)
+	}
 	if a.kind != b.kind {
 		return false
 	}
@@ -269,7 +282,9 @@ func (c *comparer) equal(a, b value) bool {
 	case vExpr:
 		return c.exprEqual(a.expr, b.expr)
 	case vEq:
-		return c.proportional(a.expr, b.expr)
+		return c.proportional(a.expr, b.expr, false)
+	case vRel:
+		return c.relEqual(a.rel, b.rel)
 	case vSeq:
 		if a.open != b.open || a.close != b.close || len(a.elems) != len(b.elems) {
 			return false
@@ -308,8 +323,12 @@ outer:
 // exprEqual compares two expressions: exactly when both are rational
 // numbers, else numerically (relative tolerance) at fixed random points for
 // their variables. A trailing percent sign may be read either way: "50\%"
-// matches both 50 and 0.5.
+// matches both 50 and 0.5. Two percentages compare as percentages, so that
+// "0.5\%" (read as 0.5) is not "50\%" (read as 0.5).
 func (c *comparer) exprEqual(a, b *node) bool {
+	if a.kind == kPercent && b.kind == kPercent {
+		return c.exprEqual1(a.args[0], b.args[0])
+	}
 	for _, x := range percentReadings(a) {
 		for _, y := range percentReadings(b) {
 			if c.exprEqual1(x, y) {
@@ -333,12 +352,18 @@ func (c *comparer) exprEqual1(a, b *node) bool {
 	if okA && okB {
 		return ra.Cmp(rb) == 0
 	}
+	if ga, ok := exactComplex(a); ok {
+		if gb, ok := exactComplex(b); ok {
+			return ga.equal(gb)
+		}
+	}
 	return c.atPoints(a, b, func(x, y complex128) bool { return c.close(x, y) })
 }
 
 // proportional reports whether two equations f = 0 and g = 0 are the same,
-// that is f = k·g for a constant k ≠ 0 ("2x+2y=2" is "x+y=1").
-func (c *comparer) proportional(f, g *node) bool {
+// that is f = k·g for a constant k ≠ 0 ("2x+2y=2" is "x+y=1"). For
+// inequalities f > 0 and g > 0, positive requires k > 0.
+func (c *comparer) proportional(f, g *node, positive bool) bool {
 	var k complex128
 	return c.atPoints(f, g, func(x, y complex128) bool {
 		if c.close(y, 0) {
@@ -346,6 +371,9 @@ func (c *comparer) proportional(f, g *node) bool {
 		}
 		if k == 0 {
 			k = x / y
+			if positive && !(real(k) > 0 && math.Abs(imag(k)) <= c.relTol*cmplx.Abs(k)) {
+				return false
+			}
 			return !c.close(k, 0)
 		}
 		return c.close(x, k*y)
@@ -369,6 +397,11 @@ func (c *comparer) atPoints(a, b *node, same func(x, y complex128) bool) bool {
 	names := make([]string, 0, len(set))
 	for v := range set {
 		names = append(names, v)
+	}
+	// i is the imaginary unit in a numeric answer ("3+4i") but a symbol
+	// among other free symbols ("x_i + i x"): both sides read it one way.
+	if len(names) > 0 && (hasKind(a, kI) || hasKind(b, kI)) {
+		names = append(names, "i")
 	}
 	sort.Strings(names)
 	if len(names) == 0 {

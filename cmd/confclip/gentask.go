@@ -49,7 +49,7 @@ func init() {
 			if len(ps) < c.Int("n") {
 				fmt.Fprintf(os.Stderr, "gen-task: only %d distinct problems within these bounds (asked for %d)\n", len(ps), c.Int("n"))
 			}
-			train, eval := tasks.Split(ps, c.Int("held-out"))
+			train, eval := tasks.Split(ps, c.Int("held-out"), c.Uint64("seed"))
 			pre := train
 			if k := c.Int("rl"); k > 0 {
 				// RL prompts the pre-trained model has not seen: its training
