@@ -86,7 +86,7 @@ vulkan-deps:
 	@pkgs=""; \
 	command -v glslc >/dev/null 2>&1 || pkgs="$$pkgs glslc"; \
 	[ -f /usr/include/vulkan/vulkan.hpp ] && ldconfig -p | grep -q 'libvulkan\.so ' || pkgs="$$pkgs libvulkan-dev"; \
-	ls $(addsuffix /*.json,$(VULKAN_ICDS)) >/dev/null 2>&1 || pkgs="$$pkgs mesa-vulkan-drivers"; \
+	ls $(addsuffix /*.json,$(VULKAN_ICDS)) 2>/dev/null | grep -q . || pkgs="$$pkgs mesa-vulkan-drivers"; \
 	[ -z "$$pkgs" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "vulkan: installing$$pkgs from Debian's packages" >&2; \
