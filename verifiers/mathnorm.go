@@ -72,7 +72,8 @@ var (
 // "0.(3)" is taken only as a whole number, not after a letter or inside a
 // longer number, since "x.(3)" or "2.5(3)4" mean something else.
 func rewriteRepeating(s string) string {
-	if !strings.Contains(s, ".") {
+	if !strings.Contains(s, ".") || !strings.Contains(s, `\overline`) && !strings.Contains(s, `\bar`) &&
+		!strings.Contains(s, `\dot`) && !strings.Contains(s, "(") {
 		return s
 	}
 	s = replaceSubmatch(s, repeatingRE, func(s string, m []int) (string, bool) {
