@@ -69,6 +69,11 @@ func OpenGGUF(path string) (*GGUF, error) {
 	if err != nil {
 		return nil, err
 	}
+	// ggml's reader trusts the file's lengths and asserts on some bad
+	// values: the Go pre-check sees every file first.
+	if err := PrecheckGGUF(path); err != nil {
+		return nil, err
+	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	ctx := C.gguf_init_from_file(cpath, C.struct_gguf_init_params{no_alloc: true})
