@@ -3,10 +3,12 @@ package llama
 /*
 #include <stdlib.h>
 #include "llama.h"
+#include "ggml-backend.h"
 */
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -19,6 +21,9 @@ type ModelParams struct {
 	GPULayers int  // layers to offload to the GPU; -1 = all, 0 = none
 	NoMmap    bool // read the file instead of mapping it
 	VocabOnly bool // load only the tokenizer (vocab-only GGUF files)
+	// Device names the one ggml backend device to offload to ("CUDA0",
+	// "Metal"; Backends lists them); "" lets llama.cpp use every device.
+	Device string
 }
 
 // Model is a loaded GGUF model. It is read-only after loading and may be
@@ -64,6 +69,23 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	}
 	mp.use_mmap = C.bool(!p.NoMmap)
 	mp.vocab_only = C.bool(p.VocabOnly)
+	if p.Device != "" {
+		Init()
+		cdev := C.CString(p.Device)
+		dev := C.ggml_backend_dev_by_name(cdev)
+		C.free(unsafe.Pointer(cdev))
+		if dev == nil {
+			return nil, fmt.Errorf("device %q: not one of this build's devices (%s)", p.Device, strings.Join(Backends(), ", "))
+		}
+		// llama.cpp reads the NULL-terminated list during the load only.
+		devs := (*[2]C.ggml_backend_dev_t)(C.malloc(C.size_t(2 * unsafe.Sizeof(dev))))
+		if devs == nil {
+			return nil, errors.New("out of memory")
+		}
+		defer C.free(unsafe.Pointer(devs))
+		devs[0], devs[1] = dev, nil
+		mp.devices = &devs[0]
+	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	takeError()

@@ -34,6 +34,12 @@ type ModelConfig struct {
 	GPULayers int    `toml:"gpu_layers"` // layers to offload (0 = CPU only, -1 = all)
 	Threads   int    `toml:"threads"`    // 0 = number of cores
 	Ctx       int    `toml:"ctx"`        // context size in tokens
+	// Device is the ggml backend device to run on ("CUDA0", "Metal", "CPU";
+	// `confclip version` lists them); "" = llama.cpp's choice.
+	Device string `toml:"device"`
+	// ChatTemplate is a chat template's text or a built-in name ("chatml",
+	// "llama3", ...) for models without one; "" = the model's own.
+	ChatTemplate string `toml:"chat_template"`
 }
 
 // DataConfig names the prompt files.
@@ -98,6 +104,7 @@ type RewardConfig struct {
 // AdvantageConfig is the advantage estimator (METHOD.md "Advantages").
 type AdvantageConfig struct {
 	Estimator     string `toml:"estimator"`      // grpo, dr_grpo, rloo, none
+	Scale         string `toml:"scale"`          // grpo's divisor: group, batch, none
 	SkipZeroStd   bool   `toml:"skip_zero_std"`  // drop zero-std groups from the export
 	MaskTruncated bool   `toml:"mask_truncated"` // A = 0 for length-stopped completions
 }
@@ -141,7 +148,7 @@ func DefaultConfig() Config {
 		Verifier:   VerifierConfig{Name: "math", TimeoutMS: 2000, MaxBytes: 64 << 10, RelTol: 1e-6, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10},
 		Confidence: ConfidenceConfig{Estimator: "geo_mean", Scope: "completion"},
 		Reward:     RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
-		Advantage:  AdvantageConfig{Estimator: "grpo"},
+		Advantage:  AdvantageConfig{Estimator: "grpo", Scale: "group"},
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
 			GradClip: 1, LossAgg: "token_mean", MicroBatch: 512,
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},

@@ -163,7 +163,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if greedy == nil {
 			return nil, nil
 		}
-		r, err := Evaluate(ctx, cfg, greedy, nil, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"))
+		r, err := evaluateEngines(ctx, cfg, greedy, cfg.Data.Eval, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"))
 		if err != nil {
 			return nil, fmt.Errorf("step %d: evaluation: %w", step, err)
 		}
@@ -273,7 +273,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	// Every step samples afresh: the engine's seed moves with the step.
 	e.SetSeed(cfg.Rollout.Seed + uint64(step)*1_000_003)
 	rolls := filepath.Join(sdir, "rollouts.jsonl")
-	rst, err := writeRollouts(ctx, e, batch, rolls)
+	rst, _, err := writeRollouts(ctx, e, batch, rolls)
 	if err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
 	}

@@ -37,6 +37,9 @@ type ScoreOptions struct {
 	// produced elsewhere) by running a model over them. Without it a reward
 	// that needs confidence rejects such records.
 	TeacherForce func(ctx context.Context, recs []*dataset.Rollout) error
+	// Model, when set (and TeacherForce is not), teacher-forces such
+	// records through this model.
+	Model *Model
 }
 
 // NewScoreOptions takes the scoring tables of a config.
@@ -157,6 +160,11 @@ type scorer struct {
 // appearance, and must all have the same size. Errors name file and line.
 func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 	start := time.Now()
+	tf, err := opts.teacherForceHook()
+	if err != nil {
+		return Summary{}, err
+	}
+	opts.TeacherForce = tf
 	s, err := newScorer(opts)
 	if err != nil {
 		return Summary{}, err
@@ -210,6 +218,15 @@ func newScorer(opts ScoreOptions) (*scorer, error) {
 	}
 	if s.advantage, err = confclip.LookupAdvantage(opts.Advantage.Estimator); err != nil {
 		return nil, err
+	}
+	switch sc := opts.Advantage.Scale; {
+	case sc == "" || sc == confclip.ScaleGroup:
+	case sc != confclip.ScaleBatch && sc != confclip.ScaleNone:
+		return nil, fmt.Errorf("unknown advantage.scale %q (want one of %v)", sc, confclip.ScaleNames())
+	case opts.Advantage.Estimator != "grpo":
+		return nil, fmt.Errorf("advantage.scale %q scales the grpo estimator; advantage.estimator is %q", sc, opts.Advantage.Estimator)
+	case sc == confclip.ScaleNone:
+		s.advantage = confclip.DrGRPO
 	}
 	s.shaping = confclip.Shaping{FormatWeight: rc.FormatWeight, Overlong: rc.Overlong, MaxLen: rc.MaxLen, CacheLen: rc.CacheLen}
 	if err := s.shaping.Check(); err != nil {
@@ -516,6 +533,7 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 		Advantage: o.Advantage.Estimator,
 	}
 	rewards := make([][]float64, len(groups))
+	advs, truncs := make([][]float64, len(groups)), make([][]bool, len(groups))
 	binary := make([][]float64, len(groups))
 	correct := make([][]bool, len(groups))
 	lengths := make([][]int, len(groups))
@@ -557,9 +575,21 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 		for j, sr := range g {
 			sr.out.Reward, sr.out.Advantage = r[j], a[j]
 		}
-		rewards[gi] = r
+		rewards[gi], advs[gi], truncs[gi] = r, a, truncated
 		binary[gi] = make([]float64, n)
 		confclip.Binary(binary[gi], v)
+	}
+	if o.Advantage.Scale == confclip.ScaleBatch {
+		// The batch's std needs every group's rewards: a second pass.
+		confclip.GRPOBatch(advs, rewards)
+		for gi, g := range groups {
+			if o.Advantage.MaskTruncated {
+				confclip.MaskTruncated(advs[gi], truncs[gi])
+			}
+			for j, sr := range g {
+				sr.out.Advantage = advs[gi][j]
+			}
+		}
 	}
 	out := make([]*dataset.Scored, len(recs))
 	for i, sr := range recs {

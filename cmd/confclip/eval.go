@@ -3,14 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
-	"github.com/confclip/confclip/rollout"
 )
 
 func init() {
@@ -56,56 +52,12 @@ func evalCmd(c *cli.Context) error {
 	if cfg.Model.Path == "" {
 		return pipeline.ErrNoModel
 	}
-	prompts, _, _, err := dataset.ReadFile[dataset.Prompt](c.String("data"), false)
-	if err != nil {
-		return err
-	}
-	if len(prompts) == 0 {
-		return fmt.Errorf("%s: no prompts", c.String("data"))
-	}
-	out := c.String("out")
-	if out == "" {
-		if out, err = os.MkdirTemp("", "confclip-eval-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(out)
-	}
-	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers})
+	m, err := pipeline.OpenModel(cfg.Model)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	var a *llama.Adapter
-	if cfg.Model.Adapter != "" {
-		if a, err = llama.LoadAdapter(m, cfg.Model.Adapter); err != nil {
-			return err
-		}
-		defer a.Close()
-	}
-	open := func(o rollout.Options) (*rollout.Engine, error) {
-		e, err := rollout.NewEngine(m, o)
-		if err == nil && a != nil {
-			if err = e.SetAdapter(a, 1); err != nil {
-				e.Close()
-			}
-		}
-		return e, err
-	}
-	greedy, err := open(pipeline.GreedyOptions(cfg))
-	if err != nil {
-		return err
-	}
-	defer greedy.Close()
-	var sampled *rollout.Engine
-	if k := c.Int("samples"); k > 1 {
-		o := pipeline.EngineOptions(cfg)
-		o.Group = k
-		if sampled, err = open(o); err != nil {
-			return err
-		}
-		defer sampled.Close()
-	}
-	res, err := pipeline.Evaluate(c.Context, cfg, greedy, sampled, prompts, out)
+	res, err := pipeline.Evaluate(c.Context, m, pipeline.EvalOptions{Config: cfg, Data: c.String("data"), Samples: c.Int("samples"), Dir: c.String("out")})
 	if err != nil {
 		return err
 	}
@@ -113,13 +65,13 @@ func evalCmd(c *cli.Context) error {
 		b, _ := json.MarshalIndent(res, "", "  ")
 		fmt.Println(string(b))
 	} else {
-		fmt.Printf("prompts      %d (%d could not be generated)\n", res.Prompts, res.Errors)
+		fmt.Printf("prompts      %d (%d could not be generated)\n", res.Prompts, res.Failed)
 		fmt.Printf("accuracy     %.4f (greedy)\n", res.Accuracy)
 		if res.Samples > 1 {
-			fmt.Printf("pass@%d       %.4f (sampled accuracy %.4f)\n", res.Samples, res.PassAtK, res.SampledAccuracy)
+			fmt.Printf("pass@%d       %.4f (sampled accuracy %.4f)\n", res.Samples, *res.PassAtK, *res.SampledAccuracy)
 		}
 		fmt.Printf("mean tokens  %.1f\n", res.MeanTokens)
-		fmt.Printf("calibration  ECE %.4f, Brier %.4f, AUROC %.4f\n", res.ECE, res.Brier, res.AUROC)
+		fmt.Printf("calibration  ECE %v, Brier %v, AUROC %v\n", res.ECE, res.Brier, res.AUROC)
 	}
 	if x := c.Float64("fail-under"); x >= 0 && res.Accuracy < x {
 		return cli.Exit(fmt.Sprintf("eval: accuracy %.4f is below --fail-under %.4f", res.Accuracy, x), 3)
