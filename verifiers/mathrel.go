@@ -163,7 +163,7 @@ func relInterval(r *relation) (value, bool) {
 		hi, hiOp = r.sides[1], r.ops[0]
 	case len(r.ops) == 2 && r.sides[1].kind == kVar && !hasVars(r.sides[0], r.sides[2]):
 		lo, hi, loOp, hiOp = r.sides[0], r.sides[2], r.ops[0], r.ops[1]
-		if loOp == "<" && hiOp == "<" {
+		if loOp == "<" && hiOp == "<" && !hasInf(lo) && !hasInf(hi) {
 			return value{}, false
 		}
 	default:
