@@ -14,8 +14,9 @@ type relation struct {
 
 // relOps are the comparison operators, longest spelling first, with the
 // canonical name of each; ">" and "\ge" are flipped into "<" and "\le".
+// "!=" is left out: in "5!=120" it is a factorial and an equals sign.
 var relOps = []struct{ text, op string }{
-	{"<=", `\le`}, {">=", `\ge`}, {"!=", `\ne`}, {"<", "<"}, {">", ">"},
+	{"<=", `\le`}, {">=", `\ge`}, {"<", "<"}, {">", ">"},
 	{`\le`, `\le`}, {`\ge`, `\ge`}, {`\ne`, `\ne`}, {`\lt`, "<"}, {`\gt`, ">"},
 }
 
@@ -37,7 +38,7 @@ func splitRelation(s string) (parts, ops []string, eq bool) {
 			}
 			continue
 		}
-		if depth != 0 || (s[i] != '<' && s[i] != '>' && s[i] != '!' && s[i] != '\\') {
+		if depth != 0 || (s[i] != '<' && s[i] != '>' && s[i] != '\\') {
 			continue
 		}
 		for _, r := range relOps {
