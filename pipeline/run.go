@@ -49,6 +49,9 @@ type RunOptions struct {
 	// rollout"), for a status line rewritten in place on a terminal; Log
 	// still gets each step's final line.
 	Live func(line string)
+	// Progress, when set, receives the loop's events: RunStage, RunStepDone
+	// and RunNote.
+	Progress func(Event)
 	// StopAfter, when > 0, stops (as if killed) after that many steps of
 	// this invocation; tests use it to check resumption.
 	StopAfter int
@@ -182,6 +185,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 			return res, err
 		}
 		fmt.Fprintf(logw, "step 0: held-out accuracy %.3f, mean tokens %.1f (before training)\n", ev.Accuracy, ev.MeanTokens)
+		emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out accuracy %.3f, mean tokens %.1f (before training)", ev.Accuracy, ev.MeanTokens)})
 	}
 
 	runStart := time.Now()
@@ -194,6 +198,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 			if o.Live != nil {
 				o.Live(fmt.Sprintf("step %d/%d: %s", step, cfg.Run.Steps, name))
 			}
+			emit(o.Progress, RunStage{Step: step, Steps: cfg.Run.Steps, Stage: name})
 		}
 		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr, stage)
 		if err != nil {
@@ -223,6 +228,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		eta := time.Duration(float64(time.Since(runStart)) / float64(done) * float64(cfg.Run.Steps-step))
 		line := stepLine(row, cfg.Run.Steps, eta)
 		fmt.Fprintln(logw, line)
+		emit(o.Progress, RunStepDone{Steps: cfg.Run.Steps, Metrics: row, ETA: eta})
 		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
 			return res, ErrStopped
 		}

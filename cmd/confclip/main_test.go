@@ -1,15 +1,13 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/urfave/cli/v2"
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/modelgen"
@@ -19,16 +17,12 @@ import (
 // program would have.
 func run(t *testing.T, args ...string) int {
 	t.Helper()
-	err := newApp().Run(append([]string{"confclip"}, args...))
+	err := newApp().Run(context.Background(), append([]string{"confclip"}, args...))
 	if err == nil {
 		return 0
 	}
 	t.Logf("confclip %s: %v", strings.Join(args, " "), err)
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) && ec.ExitCode() != 0 {
-		return ec.ExitCode()
-	}
-	return 1
+	return exitCode(err)
 }
 
 func TestEvalFailUnder(t *testing.T) {
