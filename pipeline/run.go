@@ -113,6 +113,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := train.CreateLoRA(m, adapterPath, LoRAConfig(cfg)); err != nil {
 			return res, err
 		}
+		crashPoint("init-adapter-written")
 	}
 	a, err := llama.LoadAdapter(m, adapterPath)
 	if err != nil {
@@ -153,11 +154,13 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		}
 	}
 
-	start := 0
+	// Rows after the checkpoint are redone, so they are dropped; without a
+	// checkpoint that includes step 0's evaluation.
+	start, kept := 0, -1
 	if ck != nil {
-		start = ck.Step
+		start, kept = ck.Step, ck.Step
 	}
-	mlog, err := OpenMetricsLog(dir, start)
+	mlog, err := OpenMetricsLog(dir, kept)
 	if err != nil {
 		return res, err
 	}
@@ -184,6 +187,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := mlog.Append(row); err != nil {
 			return res, err
 		}
+		crashPoint("eval0-recorded")
 		fmt.Fprintf(logw, "step 0: held-out accuracy %.3f, mean tokens %.1f (before training)\n", ev.Accuracy, ev.MeanTokens)
 		emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out accuracy %.3f, mean tokens %.1f (before training)", ev.Accuracy, ev.MeanTokens)})
 	}
@@ -194,6 +198,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		crashPoint("step-start")
 		stage := func(name string) {
 			if o.Live != nil {
 				o.Live(fmt.Sprintf("step %d/%d: %s", step, cfg.Run.Steps, name))
@@ -215,10 +220,14 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 				row.EvalMeanTokens = &ev.MeanTokens
 			}
 		}
-		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
+		crashPoint("step-trained")
+		// The row first, then the checkpoint: a stop between the two redoes
+		// the step (its row is dropped on resume) instead of losing the row.
+		if err := mlog.Append(row); err != nil {
 			return res, err
 		}
-		if err := mlog.Append(row); err != nil {
+		crashPoint("metrics-recorded")
+		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
 			return res, err
 		}
 		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots")); err != nil {
@@ -229,6 +238,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		line := stepLine(row, cfg.Run.Steps, eta)
 		fmt.Fprintln(logw, line)
 		emit(o.Progress, RunStepDone{Steps: cfg.Run.Steps, Metrics: row, ETA: eta})
+		crashPoint("step-done")
 		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
 			return res, ErrStopped
 		}
@@ -305,7 +315,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 		adapter = filepath.Join(cfg.Run.Out, fmt.Sprintf("checkpoints/step-%04d/adapter.gguf", step-1))
 	}
 	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: adapter,
-		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd}); err != nil {
+		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated}); err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
 	t2 := time.Now()
@@ -317,13 +327,32 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.RolloutS = t1.Sub(t0).Seconds()
 	row.ScoreS = t2.Sub(t1).Seconds()
 	row.TokensPerS = rst.TokensPerSecond()
+	row.TrainSkipped = 1
 	if len(recs) > 0 {
 		stage("training")
-		st, err := tr.Step(ctx, Examples(recs))
+		exs := Examples(recs)
+		for i := range exs {
+			// The rollouts were sampled with the adapter being trained:
+			// the first update is on-policy and its own forward gives the
+			// old log-probs (the export's are the sampler's, which differ
+			// from the model's under top-k/top-p).
+			exs[i].OldLogProbs = nil
+		}
+		sts, err := tr.Update(ctx, exs)
 		if err != nil {
 			return StepMetrics{}, fmt.Errorf("step %d: train: %w", step, err)
 		}
-		row.Loss, row.GradNorm = st.Loss, st.GradNorm
+		if !sts[0].Skipped {
+			row.TrainSkipped = 0
+			row.Updates = len(sts)
+			row.Loss, row.GradNorm, row.LR = sts[0].Objective, sts[0].GradNorm, sts[0].LR
+			var clip, kl float64
+			for _, st := range sts {
+				clip += st.ClipFrac
+				kl += st.KL
+			}
+			row.ClipFrac, row.KL = clip/float64(len(sts)), kl/float64(len(sts))
+		}
 	}
 	row.TrainS = time.Since(t2).Seconds()
 	row.StepS = time.Since(t0).Seconds()
@@ -455,7 +484,11 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return nil, WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
+	if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+		return nil, err
+	}
+	crashPoint("run-folder-created")
+	return nil, nil
 }
 
 // saveCheckpoint writes the adapter and the optimiser state into a new
@@ -480,10 +513,12 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err := WriteFileAtomic(filepath.Join(tmp, "optimizer.bin"), func(w io.Writer) error { _, err := w.Write(opt); return err }); err != nil {
 		return err
 	}
+	crashPoint("checkpoint-files")
 	os.RemoveAll(final)
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
+	crashPoint("checkpoint-renamed")
 	var prev Checkpoint
 	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil {
 		json.Unmarshal(b, &prev)
@@ -493,6 +528,7 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err := WriteFileAtomic(filepath.Join(dir, CheckpointFile), func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 		return err
 	}
+	crashPoint("checkpoint-recorded")
 	if prev.Dir != "" && prev.Dir != name {
 		os.RemoveAll(filepath.Join(dir, prev.Dir))
 	}
