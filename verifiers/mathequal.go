@@ -74,6 +74,9 @@ func parseValue(s string, depth int) value {
 		if inner == "" {
 			return value{kind: vSet}
 		}
+		if cond, ok := setBuilder(inner); ok { // \{x \mid x > 3\} is x > 3
+			return parseValue(cond, depth+1)
+		}
 		return setOf(splitTop(inner, ","), depth)
 	}
 	if !enclosed(s, 1) {
@@ -129,6 +132,25 @@ func parseRelation(s string, depth int) (value, bool) {
 		return value{kind: vText, text: s}, true
 	}
 	return value{kind: vEq, expr: &node{kind: kSub, args: []*node{lhs, rhs}}}, true
+}
+
+// setBuilder returns the condition of a set written "x \mid cond",
+// "x | cond" or "x : cond" (also "x \in \mathbb{R} \mid cond").
+func setBuilder(inner string) (string, bool) {
+	for _, sep := range []string{`\mid`, "|", ":"} {
+		parts := splitTop(inner, sep)
+		if len(parts) != 2 {
+			continue
+		}
+		v := parts[0]
+		if in := splitTop(v, `\in`); len(in) == 2 {
+			v = in[0]
+		}
+		if isVariable(v) {
+			return parts[1], true
+		}
+	}
+	return "", false
 }
 
 // withName keeps the variable an expression was solved for, so that
