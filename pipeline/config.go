@@ -120,8 +120,14 @@ type TrainConfig struct {
 	Eps         float64  `toml:"eps"`
 	WeightDecay float64  `toml:"weight_decay"`
 	GradClip    float64  `toml:"grad_clip"`
-	LossAgg     string   `toml:"loss_agg"`    // token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
-	MicroBatch  int      `toml:"micro_batch"` // tokens evaluated in one forward-backward pass (memory bound)
+	LossAgg     string   `toml:"loss_agg"`     // token_mean, seq_mean_token_mean, seq_mean_token_sum_norm (or grpo, bnpo, dr_grpo, dapo)
+	Iterations  int      `toml:"iterations"`   // updates per batch (mu)
+	Epsilon     float64  `toml:"epsilon"`      // ratio clip below: 1 - epsilon
+	EpsilonHigh float64  `toml:"epsilon_high"` // ratio clip above: 1 + epsilon_high (0 = epsilon)
+	Beta        float64  `toml:"beta"`         // weight of the k3 KL to the model without the adapter
+	Schedule    string   `toml:"schedule"`     // constant, linear, cosine
+	WarmupSteps int      `toml:"warmup_steps"` // updates of linear warm-up
+	MicroBatch  int      `toml:"micro_batch"`  // tokens evaluated in one forward-backward pass (memory bound)
 	Seed        uint64   `toml:"seed"`
 }
 
@@ -150,7 +156,7 @@ func DefaultConfig() Config {
 		Reward:     RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
 		Advantage:  AdvantageConfig{Estimator: "grpo", Scale: "group"},
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
-			GradClip: 1, LossAgg: "token_mean", MicroBatch: 512,
+			GradClip: 1, LossAgg: "token_mean", MicroBatch: 512, Iterations: 1, Epsilon: 0.2, Schedule: "constant",
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
 		Run:        RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
 		Experiment: ExperimentConfig{Arms: []string{"binary_grpo", "confclip_grpo", "confclip_dr_grpo"}, Seeds: []uint64{1, 2, 3}},

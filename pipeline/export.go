@@ -47,6 +47,11 @@ type ExportOptions struct {
 	// rewards are all equal: their advantages are all zero and they carry
 	// no gradient (DAPO's dynamic sampling; METHOD.md "Advantages").
 	SkipZeroStd bool
+	// MaskTruncated writes a completion mask of zeros for completions that
+	// stopped on the length limit (advantage.mask_truncated, whose scoring
+	// already gave them advantage 0): the trainer then leaves them out of
+	// the loss's denominators too, as TRL's mask_truncated_completions.
+	MaskTruncated bool
 }
 
 // ExportSummary says what Export wrote.
@@ -119,6 +124,9 @@ func Export(opts ExportOptions) (ExportSummary, error) {
 		}
 		if fromModel {
 			sum.FromModelLogprobs++
+		}
+		if opts.MaskTruncated && rec.Finish == dataset.FinishLength {
+			clear(ex.CompletionMask)
 		}
 		if err := w.Write(ex); err != nil {
 			w.Abort()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/llama"
@@ -17,7 +18,9 @@ func TrainerConfig(cfg Config) train.Config {
 	t := cfg.Train
 	return train.Config{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay,
 		GradClip: t.GradClip, LossAgg: t.LossAgg, MaxTokens: cfg.Rollout.MaxTokens,
-		MicroBatchTokens: t.MicroBatch, Threads: cfg.Model.Threads}
+		MicroBatchTokens: t.MicroBatch, Threads: cfg.Model.Threads,
+		Iterations: t.Iterations, EpsLow: t.Epsilon, EpsHigh: t.EpsilonHigh, Beta: t.Beta,
+		Schedule: t.Schedule, WarmupSteps: t.WarmupSteps, TotalSteps: cfg.Run.Steps * max(t.Iterations, 1)}
 }
 
 // LoRAConfig maps the [train] table onto a new adapter's settings.
@@ -44,11 +47,21 @@ type TrainSummary struct {
 	NewAdapter bool              `json:"new_adapter"`
 }
 
-// Examples converts exported records into the trainer's examples.
+// Examples converts exported records into the trainer's examples: a
+// completion whose mask is all zeros is masked (out of the loss and its
+// denominators), and old_logprobs become the ratio's old log-probs.
 func Examples(recs []dataset.TrainExample) []train.Example {
 	exs := make([]train.Example, len(recs))
 	for i, r := range recs {
-		exs[i] = train.Example{Prompt: r.PromptIDs, Completion: r.CompletionIDs, Advantage: r.Advantage}
+		exs[i] = train.Example{Prompt: r.PromptIDs, Completion: r.CompletionIDs, Advantage: r.Advantage,
+			Masked: len(r.CompletionMask) > 0 && !slices.Contains(r.CompletionMask, 1)}
+		if len(r.OldLogprobs) == len(r.CompletionIDs) {
+			old := make([]float32, len(r.OldLogprobs))
+			for k, v := range r.OldLogprobs {
+				old[k] = float32(v)
+			}
+			exs[i].OldLogProbs = old
+		}
 	}
 	return exs
 }
