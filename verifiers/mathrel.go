@@ -1,6 +1,7 @@
 package verifiers
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -70,7 +71,7 @@ func parseInequality(s string) (value, bool) {
 		return value{}, false
 	}
 	text := value{kind: vText, text: s}
-	if eq || (len(ops) > 1 && strings.Contains(strings.Join(ops, " "), `\ne`)) {
+	if eq || (len(ops) > 1 && slices.Contains(ops, `\ne`)) {
 		return text, true // "0 < x = 1", "a \ne b \ne c": kept as text
 	}
 	up, down := 0, 0
@@ -100,7 +101,10 @@ func parseInequality(s string) (value, bool) {
 		}
 		r.ops = make([]string, len(ops))
 		for i, op := range ops {
-			flip := map[string]string{">": "<", `\ge`: `\le`}[op]
+			flip := "<"
+			if op == `\ge` {
+				flip = `\le`
+			}
 			r.ops[len(ops)-1-i] = flip
 		}
 	}
