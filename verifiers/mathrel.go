@@ -21,8 +21,8 @@ var relOps = []struct{ text, op string }{
 	{`\le`, `\le`}, {`\ge`, `\ge`}, {`\ne`, `\ne`}, {`\lt`, "<"}, {`\gt`, ">"},
 }
 
-// splitRelation splits s at comparison operators outside brackets. ok is
-// false when there is none; eq reports an "=" among them.
+// splitRelation splits s at comparison operators outside brackets; ops is
+// nil when there is none. eq reports an "=" outside brackets.
 func splitRelation(s string) (parts, ops []string, eq bool) {
 	depth, last := 0, 0
 	for i := 0; i < len(s); i++ {
