@@ -82,6 +82,11 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if err := checkRunConfig(cfg); err != nil {
 		return res, err
 	}
+	// Every key before anything exists on disk: a value that would fail in
+	// step 1 must not leave a run folder behind.
+	if err := cfg.Validate(); err != nil {
+		return res, err
+	}
 	trainPrompts, err := readPrompts(cfg.Data.Train)
 	if err != nil {
 		return res, err
