@@ -44,8 +44,11 @@ type ModelConfig struct {
 
 // DataConfig names the prompt files.
 type DataConfig struct {
-	Train string `toml:"train"` // prompts for training (JSONL)
-	Eval  string `toml:"eval"`  // held-out prompts (JSONL)
+	Train string `toml:"train"` // prompts for training (JSONL or Parquet, any shape dataset.ReadPrompts knows)
+	Eval  string `toml:"eval"`  // held-out prompts (JSONL or Parquet)
+	// Map names the prompt fields of a file of another shape, as --map
+	// does: "prompt=question,answer=solution:boxed" (dataset.ParseFieldMap).
+	Map string `toml:"map"`
 }
 
 // RolloutConfig is the sampling setup.

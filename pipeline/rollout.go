@@ -59,6 +59,8 @@ type RolloutResult struct {
 	FileGroups   int           `json:"file_groups"`   // complete groups in Out now
 	Skipped      []string      `json:"skipped_lines"` // malformed lines of In (SkipBad)
 	Failed       []PromptError `json:"failed"`        // prompts not generated, and why
+	// PromptShape says how In was read ("read as gsm8k jsonl: prompt=question, ...").
+	PromptShape string `json:"prompt_shape"`
 	// Provenance is what made every record of Out (and is kept beside it).
 	Provenance RolloutProvenance `json:"provenance"`
 }
@@ -134,10 +136,12 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	if cfg.Rollout.Group < 1 || cfg.Rollout.MaxTokens < 1 {
 		return res, fmt.Errorf("rollout.group = %d, rollout.max_tokens = %d: want both >= 1", cfg.Rollout.Group, cfg.Rollout.MaxTokens)
 	}
-	prompts, lines, skipped, err := dataset.ReadFile[dataset.Prompt](o.In, o.SkipBad)
+	pf, err := ReadPromptFile(o.In, cfg.Data.Map, o.SkipBad)
 	if err != nil {
 		return res, err
 	}
+	prompts, lines, skipped := pf.Prompts, pf.Lines, pf.Skipped
+	res.PromptShape = pf.Shape
 	for _, s := range skipped {
 		res.Skipped = append(res.Skipped, s.Error())
 	}
