@@ -20,8 +20,8 @@ func init() {
 			Name:      "rollout",
 			Usage:     "sample G completions per prompt with their log-probs (resumable)",
 			UsageText: "confclip rollout -m M.gguf --data prompts.jsonl --out rollouts.jsonl [-G 8] [-n 256] [--temp 1] [--stop S]...",
-			Flags: join(modelFlags(), samplingFlags(), []cli.Flag{
-				&cli.StringFlag{Name: "data", Required: true, Usage: "prompt records `FILE` (JSONL)"},
+			Flags: join(modelFlags(), samplingFlags(), dataFlags(), []cli.Flag{
+				&cli.StringFlag{Name: "data", Required: true, Usage: "prompt `FILE`, JSONL or Parquet, in any shape formats.md lists (confclip, TRL, verl, GSM8K, MATH)"},
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "rollout records `FILE` (JSONL); an existing one made the same way is resumed"},
 				&cli.BoolFlag{Name: "restart", Usage: "delete --out and start over instead of resuming it"},
 				&cli.BoolFlag{Name: "skip-bad", Usage: "skip malformed lines of --data, counting them, instead of stopping"},
@@ -51,6 +51,9 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 	})
 	r.end()
 	w := c.Root().Writer
+	if res.PromptShape != "" {
+		fmt.Fprintf(w, "%s: %s\n", c.String("data"), res.PromptShape)
+	}
 	if res.AlreadyDone > 0 {
 		fmt.Fprintf(w, "resumed %s: %d of %d prompts were already complete\n", res.Out, res.AlreadyDone, res.Prompts)
 	}
