@@ -100,10 +100,11 @@ type EvalResult struct {
 // model (and, with o.Samples > 1, K sampled ones each), verifies them with
 // the config's verifier and measures accuracy, pass@K and calibration.
 func Evaluate(ctx context.Context, m *Model, o EvalOptions) (EvalResult, error) {
-	prompts, lines, _, err := dataset.ReadFile[dataset.Prompt](o.Data, false)
+	pf, err := ReadPromptFile(o.Data, o.Config.Data.Map, false)
 	if err != nil {
 		return EvalResult{Data: o.Data}, err
 	}
+	prompts, lines := pf.Prompts, pf.Lines
 	if len(prompts) == 0 {
 		return EvalResult{Data: o.Data}, fmt.Errorf("%s: no prompts", o.Data)
 	}

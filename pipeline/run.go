@@ -87,13 +87,13 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
-	trainPrompts, err := readPrompts(cfg.Data.Train)
+	trainPrompts, err := readPrompts(cfg.Data.Train, cfg.Data.Map)
 	if err != nil {
 		return res, err
 	}
 	var evalPrompts []dataset.Prompt
 	if cfg.Data.Eval != "" {
-		if evalPrompts, err = readPrompts(cfg.Data.Eval); err != nil {
+		if evalPrompts, err = readPrompts(cfg.Data.Eval, cfg.Data.Map); err != nil {
 			return res, err
 		}
 	}
@@ -417,14 +417,15 @@ func passOrder(n int, seed uint64, pass int) []int {
 // readPrompts reads a prompt file and refuses one whose ids repeat: scoring
 // groups completions by prompt id, so two prompts with one id would merge
 // into one group.
-func readPrompts(path string) ([]dataset.Prompt, error) {
+func readPrompts(path, fieldMap string) ([]dataset.Prompt, error) {
 	if path == "" {
 		return nil, errors.New("no training prompts given ([data] train)")
 	}
-	ps, lines, _, err := dataset.ReadFile[dataset.Prompt](path, false)
+	pf, err := ReadPromptFile(path, fieldMap, false)
 	if err != nil {
 		return nil, err
 	}
+	ps, lines := pf.Prompts, pf.Lines
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("%s: no prompts", path)
 	}
