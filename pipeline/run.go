@@ -464,11 +464,20 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 	cfgPath := filepath.Join(dir, RunConfigFile)
 	old, err := os.ReadFile(cfgPath)
 	switch {
-	case err == nil && !resume:
+	case err == nil && !resume && runStarted(dir):
 		return nil, fmt.Errorf("%s already holds a run: resume it with --resume, or choose another [run] out", dir)
 	case err == nil && resume:
-		if !bytes.Equal(old, buf.Bytes()) {
-			return nil, fmt.Errorf("%s: the run was started with another configuration (%s); resume with the same one", dir, cfgPath)
+		diff, err := runConfigDiff(old, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+		if len(diff) > 0 {
+			return nil, fmt.Errorf("%s: the run was started with another configuration (%s): %v; resume with the same one", dir, cfgPath, diff)
+		}
+		if !bytes.Equal(old, buf.Bytes()) { // more steps: the folder says so
+			if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+				return nil, err
+			}
 		}
 		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
 		if errors.Is(err, os.ErrNotExist) {
@@ -484,7 +493,7 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 		return &ck, nil
 	case errors.Is(err, os.ErrNotExist) && resume:
 		return nil, fmt.Errorf("%s: nothing to resume (no %s)", dir, RunConfigFile)
-	case !errors.Is(err, os.ErrNotExist):
+	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {

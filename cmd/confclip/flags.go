@@ -85,7 +85,9 @@ func samplingFlags() []cli.Flag {
 // verifierFlags are [verifier].
 func verifierFlags() []cli.Flag {
 	timeout := &cli.DurationFlag{Name: "timeout", Value: time.Duration(defaults.Verifier.TimeoutMS) * time.Millisecond, Usage: "per verification ([verifier] timeout_ms)"}
-	setters[timeout] = func(c *cli.Command, cfg *pipeline.Config) { cfg.Verifier.TimeoutMS = int(c.Duration("timeout").Milliseconds()) }
+	setters[timeout] = func(c *cli.Command, cfg *pipeline.Config) {
+		cfg.Verifier.TimeoutMS = int(c.Duration("timeout").Milliseconds())
+	}
 	return []cli.Flag{
 		stringOpt("verifier", nil, "math, exact, choice, format or command ([verifier] name)", func(c *pipeline.Config) *string { return &c.Verifier.Name }),
 		stringOpt("pattern", nil, "format verifier: regular expression the completion must match ([verifier] pattern)", func(c *pipeline.Config) *string { return &c.Verifier.Pattern }),
