@@ -63,7 +63,11 @@ func parseValue(s string, depth int) value {
 	}
 	for _, sep := range []string{" or ", ";", " and "} {
 		if parts := splitTop(s, sep); len(parts) > 1 {
-			return setOf(parts, depth)
+			v := setOf(parts, depth)
+			if sep == " and " { // "x > 1 and x < 3" is 1 < x < 3, not two answers
+				return andOfBounds(v, s)
+			}
+			return v
 		}
 	}
 	if parts := splitTop(s, `\cup`); len(parts) > 1 {

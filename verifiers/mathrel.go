@@ -183,3 +183,40 @@ func relInterval(r *relation) (value, bool) {
 	}
 	return iv, true
 }
+
+// andOfBounds reads answers joined by "and": when they are inequalities,
+// "and" intersects them, so a lower and an upper bound on one variable
+// ("x > 1 and x < 3") become the chain 1 < x < 3; other inequalities
+// joined by "and" stay text, never a list of answers, which would read as
+// their union. Answers that are not inequalities are a list ("3 and -3").
+func andOfBounds(v value, s string) value {
+	if v.kind != vSet || !slices.ContainsFunc(v.elems, func(e value) bool { return e.kind == vRel }) {
+		return v
+	}
+	text := value{kind: vText, text: s}
+	if len(v.elems) != 2 {
+		return text
+	}
+	var lo, hi *relation // lo: "a < x", hi: "x < b"
+	for _, e := range v.elems {
+		if e.kind != vRel || len(e.rel.ops) != 1 || e.rel.ops[0] == `\ne` {
+			return text
+		}
+		r := e.rel
+		switch {
+		case r.sides[1].kind == kVar && !hasVars(r.sides[0]) && lo == nil:
+			lo = r
+		case r.sides[0].kind == kVar && !hasVars(r.sides[1]) && hi == nil:
+			hi = r
+		default:
+			return text
+		}
+	}
+	if lo == nil || hi == nil || !sameVar(lo.sides[1], hi.sides[0]) {
+		return text
+	}
+	return value{kind: vRel, rel: &relation{
+		ops:   []string{lo.ops[0], hi.ops[0]},
+		sides: []*node{lo.sides[0], lo.sides[1], hi.sides[1]},
+	}}
+}
