@@ -111,4 +111,10 @@ type TrainExample struct {
 	OldLogprobs    []float64  `json:"old_logprobs" parquet:"old_logprobs,list"`
 	Reward         float64    `json:"reward" parquet:"reward"`
 	Provenance     Provenance `json:"provenance" parquet:"provenance"`
+	// The text beside the tokens, so that a Python trainer needs no
+	// tokenizer to show or filter rows: the prompt as rendered, the
+	// completion's text and the reference answer.
+	Prompt     string `json:"prompt" parquet:"prompt"`
+	Completion string `json:"completion" parquet:"completion"`
+	Answer     string `json:"answer" parquet:"answer"`
 }

@@ -199,7 +199,10 @@ func chooseShape(path string, first map[string]any, m FieldMap) (shape, error) {
 				break
 			}
 		}
-		for _, f := range []struct{ dst *string; v string }{{&base.m.ID, m.ID}, {&base.m.Answer, m.Answer}, {&base.m.Verifier, m.Verifier}} {
+		for _, f := range []struct {
+			dst *string
+			v   string
+		}{{&base.m.ID, m.ID}, {&base.m.Answer, m.Answer}, {&base.m.Verifier, m.Verifier}} {
 			if f.v != "" {
 				*f.dst = f.v
 			}
