@@ -507,7 +507,12 @@ func (s *scorer) group(recs []*scoreRecord) ([][]*scoreRecord, error) {
 	kept := groups[:0]
 	for _, g := range groups {
 		if len(g) == want {
-			kept = append(kept, g)
+			if err := s.checkSamples(g); err != nil {
+				return nil, err
+			}
+			if g[0].bad == nil {
+				kept = append(kept, g)
+			}
 			continue
 		}
 		first := g[0]
@@ -522,6 +527,35 @@ func (s *scorer) group(recs []*scoreRecord) ([][]*scoreRecord, error) {
 		}
 	}
 	return kept, nil
+}
+
+// checkSamples checks that a group's sample indices are 0..len(g)-1, each
+// once (a -1, a 1e9 or a repeated index means the file was put together
+// wrongly). A bad group's records are all marked bad.
+func (s *scorer) checkSamples(g []*scoreRecord) error {
+	seen := make(map[int]*scoreRecord, len(g))
+	for _, sr := range g {
+		var err error
+		if n := sr.rec.Sample; n < 0 || n >= len(g) {
+			err = fmt.Errorf("prompt %q: sample %d outside 0..%d (its group has %d completions)", sr.rec.PromptID, n, len(g)-1, len(g))
+		} else if first, dup := seen[n]; dup {
+			err = fmt.Errorf("prompt %q: sample %d appears twice (also on line %d)", sr.rec.PromptID, n, first.line)
+		}
+		seen[sr.rec.Sample] = sr
+		if err == nil {
+			continue
+		}
+		err = s.lineError(sr, err)
+		if err := s.fail(badRecord, len(g), err); err != nil {
+			return err
+		}
+		s.skipped.Groups++
+		for _, r := range g {
+			r.bad, r.kind = err, badRecord
+		}
+		return nil
+	}
+	return nil
 }
 
 // score computes confidence, reward and advantage group by group.
