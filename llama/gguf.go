@@ -39,7 +39,7 @@ func checkFile(path string) (int64, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return 0, fileErr(path, "no such file")
+			return 0, &FileError{Path: path, Reason: "no such file", Err: err}
 		}
 		return 0, fileErr(path, "%v", err)
 	}

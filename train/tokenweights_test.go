@@ -24,7 +24,7 @@ func pgSetup(t *testing.T) (*llama.Context, []*llama.Param, []llama.PGSeq) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ctx.Close)
+	t.Cleanup(func() { ctx.Close() })
 	if err := ctx.SetAdapter(a, 1); err != nil {
 		t.Fatal(err)
 	}
