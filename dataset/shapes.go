@@ -155,7 +155,7 @@ type PromptFile struct {
 // Skipped instead of stopping the read.
 func ReadPrompts(path string, m FieldMap, skipBad bool) (PromptFile, error) {
 	pf := PromptFile{Path: path}
-	rows, lines, kind, skipped, err := readRows(path, skipBad)
+	rows, lines, kind, skipped, badText, err := readRows(path, skipBad)
 	if err != nil {
 		return pf, err
 	}
@@ -170,6 +170,9 @@ func ReadPrompts(path string, m FieldMap, skipBad bool) (PromptFile, error) {
 	pf.Shape = fmt.Sprintf("read as %s %s: %s", sh.name, kind, describe(sh.m))
 	for i, row := range rows {
 		p, fromLine, err := sh.prompt(row, lines[i])
+		if err == nil {
+			p.BadText = badText[i]
+		}
 		if err != nil {
 			le := &LineError{File: path, Line: lines[i], Err: err}
 			if !skipBad {
@@ -618,11 +621,21 @@ func orJoin(a, b string) string {
 	return a + " or " + b
 }
 
-// readRows reads every record of a JSONL or Parquet file as a generic object.
-func readRows(path string, skipBad bool) (rows []map[string]any, lines []int, kind string, skipped []*LineError, err error) {
+// readRows reads every record of a JSONL or Parquet file as a generic
+// object. badText has, for each row, why its text is unusable ("" when it
+// is fine): a JSONL line that is not valid UTF-8.
+func readRows(path string, skipBad bool) (rows []map[string]any, lines []int, kind string, skipped []*LineError, badText []string, err error) {
+	rows, lines, kind, skipped, badText, err = readRowsOf(path, skipBad)
+	if badText == nil {
+		badText = make([]string, len(rows))
+	}
+	return
+}
+
+func readRowsOf(path string, skipBad bool) (rows []map[string]any, lines []int, kind string, skipped []*LineError, badText []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, "", nil, err
+		return nil, nil, "", nil, nil, err
 	}
 	defer f.Close()
 	head := make([]byte, 4)
@@ -630,23 +643,23 @@ func readRows(path string, skipBad bool) (rows []map[string]any, lines []int, ki
 	if n == 4 && bytes.Equal(head, []byte("PAR1")) {
 		rows, err := ReadParquetRows(path)
 		if err != nil {
-			return nil, nil, "", nil, err
+			return nil, nil, "", nil, nil, err
 		}
 		lines := make([]int, len(rows))
 		for i := range lines {
 			lines[i] = i + 1
 		}
-		return rows, lines, "parquet", nil, nil
+		return rows, lines, "parquet", nil, nil, nil
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, nil, "", nil, err
+		return nil, nil, "", nil, nil, err
 	}
 	r := NewReader(f, path)
 	for {
 		var raw json.RawMessage
 		err := r.Next(&raw)
 		if err == io.EOF {
-			return rows, lines, "jsonl", skipped, nil
+			return rows, lines, "jsonl", skipped, badText, nil
 		}
 		var row map[string]any
 		if err == nil {
@@ -662,9 +675,14 @@ func readRows(path string, skipBad bool) (rows []map[string]any, lines []int, ki
 			continue
 		}
 		if err != nil {
-			return nil, nil, "", nil, err
+			return nil, nil, "", nil, nil, err
 		}
 		rows = append(rows, row)
 		lines = append(lines, r.Line())
+		if bad := InvalidUTF8(raw); bad != "" {
+			badText = append(badText, "the line is "+bad)
+		} else {
+			badText = append(badText, "")
+		}
 	}
 }
