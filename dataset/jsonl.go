@@ -235,9 +235,28 @@ func (a *Appender) Write(v any) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", a.path, err)
 	}
-	b = append(b, '\n')
-	_, err = a.f.Write(b)
-	return err
+	return a.write(append(b, '\n'))
+}
+
+// write appends b in one write(2). A short write (a full disk, a file size
+// limit) is taken back by truncating the file to its size before, so that
+// the file never ends in part of a record and a caller that counts its
+// successful writes counts what the file holds.
+func (a *Appender) write(b []byte) error {
+	st, err := a.f.Stat()
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.path, err)
+	}
+	n, err := a.f.Write(b)
+	if err == nil {
+		return nil
+	}
+	if n > 0 {
+		if terr := a.f.Truncate(st.Size()); terr != nil {
+			return fmt.Errorf("%s: %v; removing the partial record failed too: %v", a.path, err, terr)
+		}
+	}
+	return fmt.Errorf("%s: %w", a.path, err)
 }
 
 // WriteLines appends several records in one write.
@@ -251,8 +270,7 @@ func (a *Appender) WriteLines(vs []any) error {
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
-	_, err := a.f.Write(buf.Bytes())
-	return err
+	return a.write(buf.Bytes())
 }
 
 // Close closes the file.
