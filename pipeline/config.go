@@ -180,7 +180,7 @@ func LoadConfig(path string) (Config, error) {
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))
 		for i, k := range und {
-			keys[i] = k.String()
+			keys[i] = k.String() + didYouMean(k.String(), configKeyNames())
 		}
 		sort.Strings(keys)
 		return cfg, fmt.Errorf("%s: unknown key %s", path, strings.Join(keys, ", "))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 
 	"github.com/BurntSushi/toml"
@@ -58,6 +59,19 @@ func flatConfig(cfg Config) map[string]string {
 		for k, x := range keys {
 			b, _ := json.Marshal(x)
 			out[table+"."+k] = string(b)
+		}
+	}
+	return out
+}
+
+// configKeyNames lists every key of Config as "table.key", for suggestions.
+func configKeyNames() []string {
+	var out []string
+	t := reflect.TypeOf(Config{})
+	for i := range t.NumField() {
+		table := t.Field(i)
+		for j := range table.Type.NumField() {
+			out = append(out, table.Tag.Get("toml")+"."+table.Type.Field(j).Tag.Get("toml"))
 		}
 	}
 	return out
