@@ -40,6 +40,11 @@ type ScoreOptions struct {
 	// Model, when set (and TeacherForce is not), teacher-forces such
 	// records through this model.
 	Model *Model
+	// Prompts, when set, is the prompt file (any shape ReadPromptFile
+	// reads; PromptMap names the fields of others) that OpenAI responses
+	// take their prompt and answer from when they do not carry them.
+	Prompts   string
+	PromptMap string
 }
 
 // NewScoreOptions takes the scoring tables of a config.
@@ -260,6 +265,9 @@ func (s *scorer) read() ([]*scoreRecord, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if recs, ok, err := s.readOpenAI(); ok || err != nil {
+		return recs, err // OpenAI responses (completions.go)
+	}
 	r := dataset.NewReader(f, s.opts.In)
 	var recs []*scoreRecord
 	for {

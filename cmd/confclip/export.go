@@ -20,7 +20,7 @@ func init() {
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "data", Required: true, Usage: "scored records `FILE` (JSONL)"},
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "training set `FILE`"},
-				&cli.StringFlag{Name: "format", Usage: "jsonl or parquet (default: parquet when --out ends in .parquet, else jsonl)"},
+				&cli.StringFlag{Name: "format", Usage: "jsonl or parquet (default: parquet when --out ends in .parquet, else jsonl), and/or the columns: confclip (default), trl or verl, e.g. verl,parquet (docs/export.md)"},
 				stringOpt("model", []string{"m"}, "GGUF model `FILE` the rollouts came from; its SHA-256 goes into the provenance ([model] path)", func(c *pipeline.Config) *string { return &c.Model.Path }),
 				stringOpt("adapter", []string{"lora"}, "LoRA adapter `FILE` the rollouts were sampled with ([model] adapter)", func(c *pipeline.Config) *string { return &c.Model.Adapter }),
 				skip,
@@ -39,8 +39,12 @@ func exportCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
+	format, layout, err := exportFormat(c.String("format"))
+	if err != nil {
+		return err
+	}
 	sum, err := pipeline.Export(pipeline.ExportOptions{
-		In: c.String("data"), Out: c.String("out"), Format: c.String("format"),
+		In: c.String("data"), Out: c.String("out"), Format: format, Layout: layout,
 		Model: cfg.Model.Path, Adapter: cfg.Model.Adapter, ConfigJSON: configJSON,
 		SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated,
 	})
@@ -49,7 +53,7 @@ func exportCmd(ctx context.Context, c *cli.Command) error {
 	}
 	w := c.Root().Writer
 	fmt.Fprintf(w, "wrote %d examples (%d completion tokens) from %d records to %s (%s)\n",
-		sum.Examples, sum.Tokens, sum.Records, sum.Out, sum.Format)
+		sum.Examples, sum.Tokens, sum.Records, sum.Out, sum.Format+", "+sum.Layout+" columns")
 	fmt.Fprintf(w, "groups: %d, with zero reward std: %d", sum.Groups, sum.ZeroStdGroups)
 	if cfg.Advantage.SkipZeroStd {
 		fmt.Fprintf(w, " (dropped, %d records)", sum.Dropped)

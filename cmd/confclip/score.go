@@ -17,11 +17,12 @@ func init() {
 			Usage:     "verify rollouts and compute confidence, reward and advantage (batch reward scoring; a model only for records without log-probs)",
 			UsageText: "confclip score --data rollouts.jsonl --out scored.jsonl [--verifier math] [--reward confclip|binary] [--summary summary.json]",
 			Flags: join([]cli.Flag{
-				&cli.StringFlag{Name: "data", Required: true, Usage: "rollout records `FILE` (JSONL)"},
+				&cli.StringFlag{Name: "data", Required: true, Usage: "rollout records `FILE` (JSONL), or an OpenAI-compatible server's completions or chat-completions responses, one a line"},
+				&cli.StringFlag{Name: "prompts", Usage: "prompt `FILE` (any shape) that OpenAI responses without a prompt id or answer take them from (by custom_id, else in order)"},
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "scored records `FILE` (JSONL), written atomically"},
 				&cli.StringFlag{Name: "summary", Usage: "write the summary as JSON to `FILE`"},
 				&cli.BoolFlag{Name: "skip-bad", Usage: "skip bad lines, records and groups, counting them, instead of stopping"},
-			}, verifierFlags(), rewardFlags(), modelFlags()),
+			}, verifierFlags(), rewardFlags(), modelFlags(), dataFlags()),
 			Action: scoreCmd,
 		}
 	})
@@ -34,6 +35,7 @@ func scoreCmd(ctx context.Context, c *cli.Command) error {
 	}
 	opts := pipeline.NewScoreOptions(cfg, c.String("data"), c.String("out"))
 	opts.SkipBad = c.Bool("skip-bad")
+	opts.Prompts, opts.PromptMap = c.String("prompts"), cfg.Data.Map
 	if cfg.Model.Path != "" {
 		// Records without log-probs are teacher-forced through the model.
 		m, err := pipeline.OpenModel(cfg.Model)
