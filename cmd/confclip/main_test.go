@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/pipeline"
 )
 
 // run runs the command line in this process and returns the exit status the
@@ -28,7 +28,7 @@ func run(t *testing.T, args ...string) int {
 func TestEvalFailUnder(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "smoke.jsonl")
@@ -74,7 +74,7 @@ func TestInspectBadFiles(t *testing.T) {
 		}
 	}
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	if got := run(t, "inspect", model); got != 0 {
@@ -180,7 +180,7 @@ func TestHelpShowsConfigDefaults(t *testing.T) {
 func TestCommandLineHabits(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	if code, out := runOut(t, "inspect", model, "--json"); code != 0 || !strings.Contains(out, `"architecture": "llama"`) {
@@ -222,7 +222,7 @@ func TestUnescapeStop(t *testing.T) {
 func TestEvalJUnitAndFailures(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "smoke.jsonl")
