@@ -53,6 +53,9 @@ type EvalOptions struct {
 	// Dir receives the generated and scored records; "" uses a temporary
 	// folder, removed afterwards.
 	Dir string
+	// Shard, when set, evaluates only the prompts of one shard (shard.go);
+	// MergeEval joins the shards' results.
+	Shard Shard
 }
 
 // EvalCase is one prompt's outcome (one JUnit test case).
@@ -68,13 +71,20 @@ type EvalCase struct {
 	// Error says why the prompt could not be generated; such a prompt
 	// counts as wrong.
 	Error string `json:"error"`
+	// Confidence is the greedy completion's; SampledCorrect counts the
+	// right ones of the K samples. With them MergeEval recomputes the
+	// calibration, sampled accuracy and pass@K of shards exactly.
+	Confidence     float64 `json:"confidence"`
+	SampledCorrect int     `json:"sampled_correct"`
 }
 
 // EvalResult is what an evaluation measured. Every field is always present
 // in its JSON; a metric that is undefined (calibration of a set whose
 // completions are all right or all wrong, pass@K without --samples) is null.
 type EvalResult struct {
-	Data    string `json:"data"`
+	Data string `json:"data"`
+	// Shard is "K/N" for one shard's result (EvalOptions.Shard).
+	Shard   string `json:"shard,omitempty"`
 	Prompts int    `json:"prompts"`
 	Correct int    `json:"correct"`
 	// Accuracy is Correct / Prompts with greedy completions (one per prompt,
@@ -108,6 +118,26 @@ func Evaluate(ctx context.Context, m *Model, o EvalOptions) (EvalResult, error) 
 	if len(prompts) == 0 {
 		return EvalResult{Data: o.Data}, fmt.Errorf("%s: no prompts", o.Data)
 	}
+	if o.Shard.Enabled() {
+		if err := o.Shard.Check(); err != nil {
+			return EvalResult{Data: o.Data}, err
+		}
+		var sp []dataset.Prompt
+		var sl []int
+		for i, p := range prompts {
+			if o.Shard.Has(p.ID) {
+				sp, sl = append(sp, p), append(sl, lines[i])
+			}
+		}
+		if len(sp) == 0 { // a shard may hold no prompt
+			res := EvalResult{Data: o.Data, Shard: o.Shard.String(), Cases: []EvalCase{}}
+			if o.Samples > 1 {
+				res.Samples = o.Samples
+			}
+			return res, nil
+		}
+		prompts, lines = sp, sl
+	}
 	dir := o.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "confclip-eval-"); err != nil {
@@ -129,7 +159,9 @@ func Evaluate(ctx context.Context, m *Model, o EvalOptions) (EvalResult, error) 
 		}
 		defer m.release(sampled)
 	}
-	return evaluate(ctx, o.Config, greedy, sampled, promptFile{o.Data, prompts, lines}, dir)
+	res, err := evaluate(ctx, o.Config, greedy, sampled, promptFile{o.Data, prompts, lines}, dir)
+	res.Shard = o.Shard.String()
+	return res, err
 }
 
 // promptFile is a prompt file's records with their line numbers.
@@ -179,7 +211,7 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 		}
 		c := &res.Cases[i]
 		c.Correct, c.Extracted, c.Reason = r.VerifierResult.Correct, r.VerifierResult.Extracted, r.VerifierResult.Reason
-		c.Text, c.Tokens = r.Text, len(r.Tokens)
+		c.Text, c.Tokens, c.Confidence = r.Text, len(r.Tokens), r.Confidence
 		tokens += len(r.Tokens)
 		conf = append(conf, r.Confidence)
 		correct = append(correct, c.Correct)
@@ -212,6 +244,9 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 			if r.VerifierResult.Correct {
 				right++
 				pass[r.PromptID] = true
+				if i, ok := byID[r.PromptID]; ok {
+					res.Cases[i].SampledCorrect++
+				}
 			}
 		}
 		res.SampledAccuracy = ptr(float64(right) / float64(k*res.Prompts))

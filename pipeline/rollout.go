@@ -28,6 +28,8 @@ type RolloutOptions struct {
 	Restart bool
 	// Progress, when set, receives a RolloutProgress after each group.
 	Progress func(Event)
+	// Shard, when set, takes only the prompts of one shard (shard.go).
+	Shard Shard
 }
 
 // PromptError is a prompt that was not generated, with its place in the
@@ -84,6 +86,8 @@ type RolloutProvenance struct {
 	Adapter       string          `json:"adapter,omitempty"` // path when written (not compared)
 	AdapterSHA256 string          `json:"adapter_sha256"`
 	Settings      RolloutSettings `json:"settings"`
+	// Shard is "K/N" when the file holds one shard's prompts (shard.go).
+	Shard string `json:"shard,omitempty"`
 }
 
 // RolloutSettings are the options that change a rollout file's records.
@@ -133,6 +137,9 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	if o.In == "" || o.Out == "" {
 		return res, errors.New("rollout: give the prompt file and the output file")
 	}
+	if err := o.Shard.Check(); err != nil {
+		return res, err
+	}
 	if cfg.Rollout.Group < 1 || cfg.Rollout.MaxTokens < 1 {
 		return res, fmt.Errorf("rollout.group = %d, rollout.max_tokens = %d: want both >= 1", cfg.Rollout.Group, cfg.Rollout.MaxTokens)
 	}
@@ -152,7 +159,10 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	for i, p := range prompts {
 		switch {
 		case p.ID == "":
-			res.Failed = append(res.Failed, PromptError{File: o.In, Line: lines[i], Reason: "no id"})
+			if o.Shard.K == 0 { // said once, by the first shard
+				res.Failed = append(res.Failed, PromptError{File: o.In, Line: lines[i], Reason: "no id"})
+			}
+		case !o.Shard.Has(p.ID):
 		case seen[p.ID]:
 			res.Failed = append(res.Failed, PromptError{File: o.In, Line: lines[i], ID: p.ID, Reason: "id used before"})
 		default:
@@ -167,6 +177,7 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	if err != nil {
 		return res, err
 	}
+	prov.Shard = o.Shard.String()
 	res.Provenance = prov
 	if o.Restart {
 		for _, p := range []string{o.Out, ProvenancePath(o.Out)} {
@@ -350,6 +361,9 @@ func (p RolloutProvenance) Diff(old RolloutProvenance) []string {
 	}
 	if p.AdapterSHA256 != old.AdapterSHA256 {
 		out = append(out, fmt.Sprintf("adapter sha256 %s in the file, %s now", short(old.AdapterSHA256), short(p.AdapterSHA256)))
+	}
+	if p.Shard != old.Shard {
+		out = append(out, fmt.Sprintf("shard %q in the file, %q now", old.Shard, p.Shard))
 	}
 	a, b := settingsMap(old.Settings), settingsMap(p.Settings)
 	keys := make([]string, 0, len(a))

@@ -45,6 +45,9 @@ type ScoreOptions struct {
 	// take their prompt and answer from when they do not carry them.
 	Prompts   string
 	PromptMap string
+	// Shard, when set, scores only the groups of one shard (shard.go); a
+	// malformed line, which has no prompt id, is counted by shard 0 only.
+	Shard Shard
 }
 
 // NewScoreOptions takes the scoring tables of a config.
@@ -76,6 +79,8 @@ type Summary struct {
 	Out     string `json:"out,omitempty"`
 	Groups  int    `json:"groups"`
 	Records int    `json:"records"`
+	// Shard is "K/N" for one shard's summary (ScoreOptions.Shard).
+	Shard string `json:"shard,omitempty"`
 
 	Verifier            string `json:"verifier"`
 	ConfidenceEstimator string `json:"confidence_estimator"`
@@ -178,6 +183,7 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
+	recs = shardFilter(opts.Shard, recs, func(sr **scoreRecord) string { return (*sr).rec.PromptID })
 	forced, err := s.teacherForce(ctx, recs)
 	if err != nil {
 		return Summary{}, err
@@ -191,11 +197,13 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 		return Summary{}, err
 	}
 	recs = dropBad(recs) // the groups of the wrong size
-	if len(recs) == 0 {
+	// A shard may hold no prompt.
+	if len(recs) == 0 && !opts.Shard.Enabled() {
 		return Summary{}, fmt.Errorf("%s: no records to score", opts.In)
 	}
 	out, sum := s.score(recs, groups)
 	sum.TeacherForced = forced
+	sum.Shard = opts.Shard.String()
 	if opts.Out != "" {
 		if err := writeScored(opts.Out, out); err != nil {
 			return Summary{}, err
@@ -232,6 +240,12 @@ func newScorer(opts ScoreOptions) (*scorer, error) {
 		return nil, fmt.Errorf("advantage.scale %q scales the grpo estimator; advantage.estimator is %q", sc, opts.Advantage.Estimator)
 	case sc == confclip.ScaleNone:
 		s.advantage = confclip.DrGRPO
+	}
+	if err := opts.Shard.Check(); err != nil {
+		return nil, err
+	}
+	if opts.Shard.Enabled() && opts.Advantage.Scale == confclip.ScaleBatch {
+		return nil, fmt.Errorf("advantage.scale %q needs every group's rewards, so it cannot be scored in shards", confclip.ScaleBatch)
 	}
 	s.shaping = confclip.Shaping{FormatWeight: rc.FormatWeight, Overlong: rc.Overlong, MaxLen: rc.MaxLen, CacheLen: rc.CacheLen}
 	if err := s.shaping.Check(); err != nil {
@@ -277,6 +291,9 @@ func (s *scorer) read() ([]*scoreRecord, error) {
 			return recs, nil
 		}
 		if le := (*dataset.LineError)(nil); errors.As(err, &le) {
+			if s.opts.Shard.K != 0 {
+				continue
+			}
 			if err := s.fail(badJSON, 1, err); err != nil {
 				return nil, err
 			}
@@ -286,6 +303,9 @@ func (s *scorer) read() ([]*scoreRecord, error) {
 			return nil, err
 		}
 		sr.line = r.Line()
+		if !s.opts.Shard.Has(sr.rec.PromptID) {
+			continue
+		}
 		if kind, err := s.check(sr); err != nil {
 			if err := s.fail(kind, 1, s.lineError(sr, err)); err != nil {
 				return nil, err
@@ -398,7 +418,9 @@ func (s *scorer) teacherForce(ctx context.Context, recs []*scoreRecord) (int, er
 	var need []*dataset.Rollout
 	var srs []*scoreRecord
 	for _, sr := range recs {
-		if len(sr.rec.Logprobs) == 0 || !s.hasConfidenceInput(&sr.rec) {
+		// Records without token ids (log-probs from another server) are
+		// tokenized too, so that they can be exported.
+		if len(sr.rec.Logprobs) == 0 || !s.hasConfidenceInput(&sr.rec) || len(sr.rec.Tokens) == 0 || len(sr.rec.PromptTokens) == 0 {
 			need = append(need, &sr.rec)
 			srs = append(srs, sr)
 		}

@@ -23,6 +23,9 @@ type TeacherForceOptions struct {
 	Chunk int
 	// Progress, when set, receives a TeacherForceProgress after each chunk.
 	Progress func(Event)
+	// Shard, when set, takes only the records of one shard (shard.go), by
+	// prompt_id, or by line for records without one.
+	Shard Shard
 }
 
 // TeacherForceResult is what TeacherForceFile did.
@@ -49,6 +52,19 @@ func TeacherForceFile(ctx context.Context, m *Model, o TeacherForceOptions) (Tea
 	}
 	for _, s := range skipped {
 		res.Skipped = append(res.Skipped, s.Error())
+	}
+	if o.Shard.Enabled() {
+		if err := o.Shard.Check(); err != nil {
+			return res, err
+		}
+		var sr []dataset.Rollout
+		var sl []int
+		for i := range recs {
+			if o.Shard.Has(shardKey(recs[i].PromptID, lines[i])) {
+				sr, sl = append(sr, recs[i]), append(sl, lines[i])
+			}
+		}
+		recs, lines = sr, sl
 	}
 	e, err := m.engine(EngineOptions(o.Config))
 	if err != nil {

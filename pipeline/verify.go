@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,9 @@ type VerifyFileOptions struct {
 	W   io.Writer
 	// Jobs is how many verifications run at once; 0 = the cores.
 	Jobs int
+	// Shard, when set, verifies only the lines of one shard (shard.go), by
+	// their prompt_id (or id), or by line for lines without one.
+	Shard Shard
 }
 
 // VerifySummary counts what VerifyFile checked.
@@ -67,6 +71,8 @@ type VerifySummary struct {
 type verifyInput struct {
 	Answer     *string `json:"answer"`
 	Completion *string `json:"completion"`
+	PromptID   string  `json:"prompt_id"`
+	ID         string  `json:"id"`
 }
 
 // VerifyFile verifies every line of In and writes the results, line for
@@ -154,6 +160,9 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 		if err != nil {
 			return sum, err
 		}
+		if !o.Shard.Has(shardKey(cmp.Or(rec.PromptID, rec.ID), r.Line())) {
+			continue
+		}
 		if rec.Answer == nil || rec.Completion == nil {
 			return sum, &dataset.LineError{File: o.In, Line: r.Line(), Err: errors.New(`want string fields "answer" and "completion"`)}
 		}
@@ -167,7 +176,7 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 	if err := flush(); err != nil {
 		return sum, err
 	}
-	if sum.Records == 0 {
+	if sum.Records == 0 && !o.Shard.Enabled() { // a shard may hold no line
 		return sum, fmt.Errorf("%s: nothing to verify", o.In)
 	}
 	return sum, nil
