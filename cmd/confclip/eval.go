@@ -30,7 +30,7 @@ func init() {
 				&cli.FloatFlag{Name: "fail-under", Usage: "exit with status 3 when the greedy accuracy is below `X`, a fraction in 0..1"},
 				&cli.StringFlag{Name: "junit", Usage: "write a JUnit XML report, one test case per prompt, to `FILE`"},
 				&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
-			}),
+			}, shardFlags()),
 			Action: evalCmd,
 		}
 	})
@@ -52,7 +52,11 @@ func evalCmd(ctx context.Context, c *cli.Command) error {
 	defer m.Close()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := pipeline.Evaluate(ctx, m, pipeline.EvalOptions{Config: cfg, Data: c.String("data"), Samples: c.Int("samples"), Dir: c.String("out")})
+	shard, err := shardOf(c)
+	if err != nil {
+		return err
+	}
+	res, err := pipeline.Evaluate(ctx, m, pipeline.EvalOptions{Config: cfg, Data: c.String("data"), Samples: c.Int("samples"), Dir: c.String("out"), Shard: shard})
 	if err != nil {
 		return err
 	}

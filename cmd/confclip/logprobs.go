@@ -23,7 +23,7 @@ func init() {
 				&cli.StringFlag{Name: "data", Required: true, Usage: "rollout-shaped records `FILE` (JSONL): prompt and text or tokens"},
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "records with logprobs, entropies and token offsets `FILE` (JSONL, written atomically)"},
 				&cli.BoolFlag{Name: "skip-bad", Usage: "skip malformed lines, counting them, instead of stopping"},
-			}),
+			}, shardFlags()),
 			Action: logprobsCmd,
 		}
 	})
@@ -31,6 +31,10 @@ func init() {
 
 func logprobsCmd(ctx context.Context, c *cli.Command) error {
 	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	shard, err := shardOf(c)
 	if err != nil {
 		return err
 	}
@@ -44,6 +48,7 @@ func logprobsCmd(ctx context.Context, c *cli.Command) error {
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{
 		Config: cfg, In: c.String("data"), Out: c.String("out"), SkipBad: c.Bool("skip-bad"), Progress: r.event,
+		Shard: shard,
 	})
 	r.end()
 	if err != nil {

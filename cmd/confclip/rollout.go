@@ -26,7 +26,7 @@ func init() {
 				&cli.BoolFlag{Name: "restart", Usage: "delete --out and start over instead of resuming it"},
 				&cli.BoolFlag{Name: "skip-bad", Usage: "skip malformed lines of --data, counting them, instead of stopping"},
 				&cli.BoolFlag{Name: "no-timing", Usage: "leave timing out of the records (the file then depends only on the inputs and options)"},
-			}),
+			}, shardFlags()),
 			Action: rolloutCmd,
 		}
 	})
@@ -34,6 +34,10 @@ func init() {
 
 func rolloutCmd(ctx context.Context, c *cli.Command) error {
 	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	shard, err := shardOf(c)
 	if err != nil {
 		return err
 	}
@@ -48,6 +52,7 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 	res, err := pipeline.Rollout(sctx, m, pipeline.RolloutOptions{
 		Config: cfg, In: c.String("data"), Out: c.String("out"),
 		SkipBad: c.Bool("skip-bad"), NoTiming: c.Bool("no-timing"), Restart: c.Bool("restart"), Progress: r.event,
+		Shard: shard,
 	})
 	r.end()
 	w := c.Root().Writer

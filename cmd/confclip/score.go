@@ -22,7 +22,7 @@ func init() {
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "scored records `FILE` (JSONL), written atomically"},
 				&cli.StringFlag{Name: "summary", Usage: "write the summary as JSON to `FILE`"},
 				&cli.BoolFlag{Name: "skip-bad", Usage: "skip bad lines, records and groups, counting them, instead of stopping"},
-			}, verifierFlags(), rewardFlags(), modelFlags(), dataFlags()),
+			}, verifierFlags(), rewardFlags(), modelFlags(), dataFlags(), shardFlags()),
 			Action: scoreCmd,
 		}
 	})
@@ -35,6 +35,9 @@ func scoreCmd(ctx context.Context, c *cli.Command) error {
 	}
 	opts := pipeline.NewScoreOptions(cfg, c.String("data"), c.String("out"))
 	opts.SkipBad = c.Bool("skip-bad")
+	if opts.Shard, err = shardOf(c); err != nil {
+		return err
+	}
 	opts.Prompts, opts.PromptMap = c.String("prompts"), cfg.Data.Map
 	if cfg.Model.Path != "" {
 		// Records without log-probs are teacher-forced through the model.

@@ -29,7 +29,7 @@ func init() {
 				&cli.StringFlag{Name: "data", Usage: "JSONL `FILE` of {\"answer\", \"completion\"} lines"},
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "results `FILE` (JSONL) for --data; standard output when absent"},
 				&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "verifications run in parallel with --data"},
-			}),
+			}, shardFlags()),
 			Action: verifyCmd,
 		}
 	})
@@ -55,8 +55,13 @@ func verifyCmd(ctx context.Context, c *cli.Command) error {
 		}
 		return json.NewEncoder(w).Encode(res)
 	case c.IsSet("data"):
+		shard, err := shardOf(c)
+		if err != nil {
+			return err
+		}
 		sum, err := pipeline.VerifyFile(ctx, pipeline.VerifyFileOptions{
 			Verifier: cfg.Verifier, In: c.String("data"), Out: c.String("out"), W: w, Jobs: c.Int("jobs"),
+			Shard: shard,
 		})
 		if err != nil {
 			return err
