@@ -276,7 +276,7 @@ func TestRunFolderLifecycle(t *testing.T) {
 	ctx := context.Background()
 	bad := cfg
 	bad.Model.Path += ".missing"
-	if _, err := Run(ctx, RunOptions{Config: bad}); err == nil || !strings.Contains(err.Error(), ".missing") {
+	if _, err := Run(ctx, RunOptions{Config: bad}); err == nil || !strings.Contains(err.Error(), "model.path") {
 		t.Fatalf("missing model: %v", err)
 	}
 	if _, err := os.Stat(cfg.Run.Out); err == nil {
