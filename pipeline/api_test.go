@@ -137,7 +137,7 @@ func TestEvaluateCountsFailedPrompts(t *testing.T) {
 	cfg, data := apiFixture(t,
 		`{"id":"a","prompt":"Say 1:","answer":"x"}`,
 		`{"id":"b","prompt":"Say 2:","answer":"x"}`,
-		`{"id":"empty","prompt":"","answer":"x"}`,
+		`{"id":"long","prompt":"`+strings.Repeat("Say 1 2 3 ", 40)+`","answer":"x"}`, // does not fit the context
 		`{"id":"c","prompt":"Say 3:","answer":"x"}`,
 	)
 	m := openModel(t, cfg)
@@ -148,8 +148,8 @@ func TestEvaluateCountsFailedPrompts(t *testing.T) {
 	if res.Prompts != 4 || res.Correct != 3 || res.Failed != 1 || res.Accuracy != 0.75 {
 		t.Fatalf("prompts %d correct %d failed %d accuracy %v, want 4, 3, 1, 0.75", res.Prompts, res.Correct, res.Failed, res.Accuracy)
 	}
-	if c := res.Cases[2]; c.ID != "empty" || c.Line != 3 || c.Error == "" || c.Correct {
-		t.Fatalf("the empty prompt's case: %+v", c)
+	if c := res.Cases[2]; c.ID != "long" || c.Line != 3 || c.Error == "" || c.Correct {
+		t.Fatalf("the long prompt's case: %+v", c)
 	}
 	if res.AUROC != nil || res.PassAtK != nil || res.ECE == nil {
 		t.Fatalf("AUROC of an all-right set must be null, pass@K without samples null, ECE defined: %v %v %v", res.AUROC, res.PassAtK, res.ECE)
@@ -177,7 +177,7 @@ func TestEvaluateCountsFailedPrompts(t *testing.T) {
 	if err := xml.Unmarshal(buf.Bytes(), &suite); err != nil {
 		t.Fatalf("JUnit report: %v\n%s", err, buf.String())
 	}
-	if suite.Tests != 4 || suite.Errors != 1 || len(suite.Cases) != 4 || suite.Cases[2].Error == nil || suite.Cases[2].Name != "empty" {
+	if suite.Tests != 4 || suite.Errors != 1 || len(suite.Cases) != 4 || suite.Cases[2].Error == nil || suite.Cases[2].Name != "long" {
 		t.Fatalf("JUnit report:\n%s", buf.String())
 	}
 
