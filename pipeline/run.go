@@ -545,5 +545,14 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if prev.Dir != "" && prev.Dir != name {
 		os.RemoveAll(filepath.Join(dir, prev.Dir))
 	}
+	// What a stop left behind (a folder of a checkpoint that was never
+	// recorded, or whose removal was cut short) goes too.
+	if ents, err := os.ReadDir(filepath.Join(dir, "checkpoints")); err == nil {
+		for _, e := range ents {
+			if e.Name() != filepath.Base(name) {
+				os.RemoveAll(filepath.Join(dir, "checkpoints", e.Name()))
+			}
+		}
+	}
 	return nil
 }
