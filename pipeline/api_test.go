@@ -339,3 +339,17 @@ func sameRollouts(t *testing.T, a, b []byte) {
 		}
 	}
 }
+
+// TestTopPZeroIsGreedy: top_p = 0 keeps only the most likely token, as in
+// llama.cpp (the sampler's own 0 means off).
+func TestTopPZeroIsGreedy(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Rollout.TopP = 0
+	if s := EngineOptions(cfg).Sampling; s.TopK != 1 || s.TopP != 1 {
+		t.Fatalf("top_p 0: sampler %+v, want top_k 1", s)
+	}
+	cfg.Rollout.TopP = 0.9
+	if s := EngineOptions(cfg).Sampling; s.TopK != 0 || s.TopP != 0.9 {
+		t.Fatalf("top_p 0.9: sampler %+v", s)
+	}
+}
