@@ -561,9 +561,39 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if st.Tokens != tokens || st.Records != requests {
+		t.Fatalf("the batch sampled %d tokens in %d records, the server %d in %d: the same prompts, seed and ids should give the same completions",
+			st.Tokens, st.Records, tokens, requests)
+	}
 	serveRate := float64(tokens) / served.Seconds()
 	t.Logf("serve: %d clients, %.1f s, %d requests, 0 errors, %d tokens: %.0f requests/s, %.0f tokens/s", clients, served.Seconds(), requests, tokens,
 		float64(requests)/served.Seconds(), serveRate)
 	t.Logf("local batch rollout of %d prompts: %d tokens in %.2f s: %.0f tokens/s; serve / batch = %.2f",
 		len(prompts), st.Tokens, st.Elapsed.Seconds(), st.TokensPerSecond(), serveRate/st.TokensPerSecond())
+}
+
+// TestRequestLimit: beyond MaxRequests queued or running, a request gets
+// 429 with Retry-After; the one in flight still completes.
+func TestRequestLimit(t *testing.T) {
+	url, s, _ := startServer(t, testConfig(), Options{MaxRequests: 1})
+	first := make(chan int, 1)
+	go func() {
+		st, _ := post(t, url+"/completions", map[string]any{"prompt": "Say 1:", "max_tokens": 80, "n": 16})
+		first <- st
+	}()
+	for deadline := time.Now().Add(10 * time.Second); s.inflight.Load() == 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	}
+	resp, err := http.Post(url+"/completions", "application/json", strings.NewReader(`{"prompt":"Say 2:","max_tokens":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || body["error"] == nil {
+		t.Fatalf("over the limit: status %d, Retry-After %q, %v", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if st := <-first; st != 200 {
+		t.Fatalf("the request in flight: status %d", st)
+	}
 }
