@@ -64,13 +64,13 @@ func TestExperimentTables(t *testing.T) {
 	if !strings.Contains(one, "fixed 40, broken 10, p = 2.4e-05") || strings.Contains(one, "±") {
 		t.Errorf("one seed:\n%s", one)
 	}
-	arms := []ArmResult{mk("binary_grpo", 0.6, 0.62, 0.58), mk("confclip_grpo_batch", 0.65, 0.62, 0.6)}
+	arms := []ArmResult{mk("binary_grpo", 0.6, 0.62, 0.58), mk("confclip_grpo", 0.65, 0.62, 0.6)}
 	many := ExperimentTable(arms, 3)
 	if !strings.Contains(many, "p < 0.01 in 3 of 3 seeds (fixed 120, broken 30 in all)") || !strings.Contains(many, "0.600 ± ") {
 		t.Errorf("three seeds:\n%s", many)
 	}
 	paired := PairedTable(arms)
-	if !strings.Contains(paired, "| confclip_grpo_batch | 0.023 ± ") || !strings.Contains(paired, "| 2 / 1 / 0 |") {
+	if !strings.Contains(paired, "| confclip_grpo | 0.023 ± ") || !strings.Contains(paired, "| 2 / 1 / 0 |") {
 		t.Errorf("paired:\n%s", paired)
 	}
 }
