@@ -124,6 +124,7 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 		}
 		arms = append(arms, a)
 	}
+	before := "" // a finished run whose step-0 evaluation the others reuse
 	for _, arm := range arms {
 		ar := ArmResult{Arm: arm.Name}
 		var all [][]StepMetrics
@@ -134,10 +135,11 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 			c.Run.Out = filepath.Join(cfg.Run.Out, arm.Name, fmt.Sprintf("seed-%d", seed))
 			_, statErr := os.Stat(filepath.Join(c.Run.Out, RunConfigFile))
 			fmt.Fprintf(log, "== %s, seed %d -> %s\n", arm.Name, seed, c.Run.Out)
-			r, err := Run(ctx, RunOptions{Config: c, Resume: statErr == nil, Log: log})
+			r, err := Run(ctx, RunOptions{Config: c, Resume: statErr == nil, Log: log, BeforeFrom: before})
 			if err != nil {
 				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
 			}
+			before = c.Run.Out
 			sr, err := seedResult(seed, r, c.Run.Steps)
 			if err != nil {
 				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
