@@ -120,6 +120,8 @@ type Engine struct {
 	stops   [][]byte
 	adapter *llama.Adapter
 	scale   float32
+	// progress, set by Serve, sees each sequence after each token it keeps.
+	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64)
 }
 
 // NewEngine makes an engine for m. With Options.NCtx set the context is
@@ -614,6 +616,9 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	}
 	if finish == "" {
 		q.next = ch.Token
+		if e.progress != nil {
+			e.progress(q.g.p, q.sample, q.text.raw, q.text.offsets, q.lp)
+		}
 		return nil
 	}
 

@@ -17,10 +17,19 @@ import (
 // prompt the engine cannot take (too long for a sequence's context, no
 // tokens) goes to reject with the reason, and the others go on.
 //
+// progress, when set, is called after each token a sequence keeps (not its
+// last) with the completion's bytes so far, each token's offset in them and
+// the log-probs; the slices are the engine's, valid during the call only.
+// A stop string may still cut the last bytes (as many as the longest stop
+// string less one); the text is not yet made valid UTF-8 (finish does).
+//
 // The engine must have a fixed context (Options.NCtx): a sequence may use
 // NCtx/Parallel tokens, prompt and completion.
 func (e *Engine) Serve(ctx context.Context, next func(wait bool) []dataset.Prompt, emit func([]dataset.Rollout) error,
-	reject func(p *dataset.Prompt, reason string)) (Stats, error) {
+	reject func(p *dataset.Prompt, reason string),
+	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64)) (Stats, error) {
+	e.progress = progress
+	defer func() { e.progress = nil }()
 	start := time.Now()
 	var st Stats
 	if e.o.NCtx == 0 || e.ctx == nil {

@@ -87,6 +87,7 @@ type job struct {
 	enq    time.Time
 	ctx    context.Context
 	done   chan jobResult // buffered, 1
+	stream *stream        // a streamed request's text so far, else nil
 }
 
 type jobResult struct {
@@ -316,7 +317,15 @@ func (s *Server) serve(key string, opts rollout.Options) error {
 	reject := func(p *dataset.Prompt, reason string) {
 		s.finish(p.Answer, jobResult{err: badRequest("", "%s", reason)})
 	}
-	_, err := s.eng.Serve(context.Background(), next, emit, reject)
+	progress := func(p *dataset.Prompt, sample int, raw []byte, offsets []int, lps []float64) {
+		s.mu.Lock()
+		j := s.running[p.Answer]
+		s.mu.Unlock()
+		if j != nil && j.stream != nil {
+			j.stream.update(sample, raw, offsets, lps)
+		}
+	}
+	_, err := s.eng.Serve(context.Background(), next, emit, reject, progress)
 	if err != nil {
 		// A failed decode leaves the context in an unknown state.
 		s.m.ReleaseEngine(s.eng)
@@ -341,6 +350,9 @@ func (s *Server) switchDue(key string) bool {
 }
 
 func (s *Server) finish(token string, r jobResult) {
+	for k := range r.recs {
+		r.recs[k].Answer = ""
+	}
 	s.mu.Lock()
 	j := s.running[token]
 	delete(s.running, token)
@@ -377,6 +389,16 @@ func (s *Server) failKey(key string, e *apiError) {
 // submit queues the prompts of one request with its engine settings and
 // waits for their groups, in order.
 func (s *Server) submit(ctx context.Context, opts rollout.Options, prompts []dataset.Prompt) ([][]dataset.Rollout, *apiError) {
+	jobs, e := s.enqueue(ctx, opts, prompts, nil)
+	if e != nil {
+		return nil, e
+	}
+	return wait(jobs)
+}
+
+// enqueue queues the prompts of one request; st, when set, follows the
+// first prompt's text as it is generated.
+func (s *Server) enqueue(ctx context.Context, opts rollout.Options, prompts []dataset.Prompt, st *stream) ([]*job, *apiError) {
 	kb, _ := json.Marshal(opts)
 	key := string(kb)
 	jobs := make([]*job, len(prompts))
@@ -391,20 +413,25 @@ func (s *Server) submit(ctx context.Context, opts rollout.Options, prompts []dat
 		// The engine copies a prompt's answer into its records; a served
 		// prompt has none, so it carries the job's token back.
 		j.prompt.Answer = j.token
+		if i == 0 {
+			j.stream = st
+		}
 		jobs[i] = j
 		s.queue = append(s.queue, j)
 	}
 	s.wake.Broadcast()
 	s.mu.Unlock()
+	return jobs, nil
+}
+
+// wait waits for every job's group, in order.
+func wait(jobs []*job) ([][]dataset.Rollout, *apiError) {
 	out := make([][]dataset.Rollout, len(jobs))
 	var first *apiError
 	for i, j := range jobs {
 		r := <-j.done // every job ends: the engine finishes what it admitted
 		if r.err != nil && first == nil {
 			first = r.err
-		}
-		for k := range r.recs {
-			r.recs[k].Answer = ""
 		}
 		out[i] = r.recs
 	}

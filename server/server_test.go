@@ -326,7 +326,23 @@ func TestCompletionsAndChat(t *testing.T) {
 func TestChatStream(t *testing.T) {
 	cfg := testConfig()
 	url, _, _ := startServer(t, cfg, Options{})
-	req := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Say 4:"}}, "max_tokens": 8, "seed": 3, "n": 2, "logprobs": true}
+	// A prompt the engine refuses gets its 400 before any event.
+	status, body := post(t, url+"/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": strings.Repeat("Say 1 2 3 ", 40)}}, "stream": true})
+	if status != 400 || body["error"] == nil {
+		t.Fatalf("a prompt too long, streamed: %d %v", status, body)
+	}
+	for _, stop := range [][]string{nil, {"e", " ", "ab"}} {
+		t.Run(fmt.Sprintf("stop=%q", stop), func(t *testing.T) { streamMatches(t, url, stop) })
+	}
+}
+
+// streamMatches: a streamed request's events spell what the same request
+// gives without streaming.
+func streamMatches(t *testing.T, url string, stop []string) {
+	req := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Say 4:"}}, "max_tokens": 20, "seed": 3, "n": 3, "logprobs": true}
+	if stop != nil {
+		req["stop"] = stop
+	}
 	_, whole := post(t, url+"/chat/completions", req)
 	req["stream"] = true
 	req["stream_options"] = map[string]any{"include_usage": true}
@@ -339,7 +355,7 @@ func TestChatStream(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("content type %q", ct)
 	}
-	texts, lps, finish := map[int]string{}, map[int]int{}, map[int]string{}
+	texts, lps, finish, chunks := map[int]string{}, map[int]int{}, map[int]string{}, map[int]int{}
 	done, gotUsage := false, false
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -376,6 +392,7 @@ func TestChatStream(t *testing.T) {
 		for _, c := range chunk.Choices {
 			if c.Delta.Content != nil {
 				texts[c.Index] += *c.Delta.Content
+				chunks[c.Index]++
 			}
 			if c.Logprobs != nil {
 				lps[c.Index] += len(c.Logprobs.Content)
@@ -395,6 +412,7 @@ func TestChatStream(t *testing.T) {
 		if texts[i] != want || finish[i] != c["finish_reason"] || lps[i] != len(c["logprobs"].(map[string]any)["content"].([]any)) {
 			t.Fatalf("choice %d streamed %q (%s, %d log-probs), whole %q (%v)", i, texts[i], finish[i], lps[i], want, c["finish_reason"])
 		}
+		t.Logf("choice %d: %d tokens in %d content events", i, lps[i], chunks[i])
 	}
 }
 
