@@ -124,11 +124,12 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 		}
 		arms = append(arms, a)
 	}
+	// Seed-major order: an interrupted experiment holds whole pairs.
+	armRes := make([]ArmResult, len(arms))
+	all := make([][][]StepMetrics, len(arms))
 	before := "" // a finished run whose step-0 evaluation the others reuse
-	for _, arm := range arms {
-		ar := ArmResult{Arm: arm.Name}
-		var all [][]StepMetrics
-		for _, seed := range cfg.Experiment.Seeds {
+	for _, seed := range cfg.Experiment.Seeds {
+		for ai, arm := range arms {
 			c := cfg
 			c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
 			c.Rollout.Seed, c.Train.Seed = seed, seed
@@ -144,11 +145,15 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 			if err != nil {
 				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
 			}
-			ar.Seeds = append(ar.Seeds, sr)
-			all = append(all, r.Rows)
+			armRes[ai].Arm = arm.Name
+			armRes[ai].Seeds = append(armRes[ai].Seeds, sr)
+			all[ai] = append(all[ai], r.Rows)
 		}
+	}
+	for ai := range arms {
+		ar := armRes[ai]
 		ar.summarise()
-		ar.Rows = averageRows(all)
+		ar.Rows = averageRows(all[ai])
 		res.Arms = append(res.Arms, ar)
 	}
 	res.Table = ExperimentTable(res.Arms, len(cfg.Experiment.Seeds)) + "\n" + PairedTable(res.Arms)
