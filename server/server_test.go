@@ -615,3 +615,65 @@ func TestRequestLimit(t *testing.T) {
 		t.Fatalf("the request in flight: status %d", st)
 	}
 }
+
+// TestMixedSettingsShareTheBatch: requests with different n, max_tokens,
+// temperature, top_k, min_p, stop and seed, sent together, are served in
+// one batch, each as it is when sent alone: the same text, log-probs within
+// 1e-5.
+func TestMixedSettingsShareTheBatch(t *testing.T) {
+	url, _, _ := startServer(t, testConfig(), Options{})
+	var reqs []map[string]any
+	for i := range 12 {
+		r := map[string]any{"prompt": fmt.Sprintf("Say %d:", i), "n": 1 + i%3, "max_tokens": 4 + 3*(i%4), "seed": 10 + i%5,
+			"temperature": []float64{1, 0.7, 0, 1.3}[i%4], "logprobs": 1}
+		if i%3 == 1 {
+			r["top_k"], r["min_p"] = 20, 0.02
+		}
+		if i%4 == 2 {
+			r["stop"] = []string{"e", " "}
+		}
+		reqs = append(reqs, r)
+	}
+	alone := make([]map[string]any, len(reqs))
+	for i, r := range reqs {
+		st, b := post(t, url+"/completions", r)
+		if st != 200 {
+			t.Fatalf("request %d alone: %d %v", i, st, b)
+		}
+		alone[i] = b
+	}
+	together := make([]map[string]any, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() {
+			st, b := post(t, url+"/completions", r)
+			if st != 200 {
+				t.Errorf("request %d together: %d %v", i, st, b)
+			}
+			together[i] = b
+		})
+	}
+	wg.Wait()
+	for i := range reqs {
+		a, b := alone[i]["choices"].([]any), together[i]["choices"].([]any)
+		if len(a) != reqs[i]["n"].(int) || len(a) != len(b) {
+			t.Fatalf("request %d: %d and %d choices for n = %v", i, len(a), len(b), reqs[i]["n"])
+		}
+		for k := range a {
+			x, y := a[k].(map[string]any), b[k].(map[string]any)
+			if x["text"] != y["text"] || x["finish_reason"] != y["finish_reason"] {
+				t.Fatalf("request %d choice %d: %q (%v) alone, %q (%v) together", i, k, x["text"], x["finish_reason"], y["text"], y["finish_reason"])
+			}
+			lx := x["logprobs"].(map[string]any)["token_logprobs"].([]any)
+			ly := y["logprobs"].(map[string]any)["token_logprobs"].([]any)
+			if len(lx) > reqs[i]["max_tokens"].(int) || len(lx) != len(ly) {
+				t.Fatalf("request %d choice %d: %d and %d tokens, max_tokens %v", i, k, len(lx), len(ly), reqs[i]["max_tokens"])
+			}
+			for j := range lx {
+				if d := math.Abs(lx[j].(float64) - ly[j].(float64)); d > 1e-5 {
+					t.Fatalf("request %d choice %d token %d: log-probs differ by %g", i, k, j, d)
+				}
+			}
+		}
+	}
+}
