@@ -68,6 +68,7 @@ type Server struct {
 
 	inflight atomic.Int64
 	nextID   atomic.Uint64
+	streams  atomic.Int64 // streamed jobs queued or running
 }
 
 // job is one prompt of a request (a request with several prompts makes
@@ -276,7 +277,7 @@ func (s *Server) serve() error {
 			if len(s.ctrl) == 0 { // an adapter switch drains the batch first
 				for _, j := range s.queue {
 					if j.ctx.Err() != nil { // the client left before it started
-						j.done <- jobResult{err: &apiError{Status: 499, Type: "invalid_request_error", Message: "request cancelled"}}
+						s.end(j, jobResult{err: &apiError{Status: 499, Type: "invalid_request_error", Message: "request cancelled"}})
 						continue
 					}
 					s.running[j.token] = j
@@ -303,6 +304,9 @@ func (s *Server) serve() error {
 		s.finish(p.Answer, jobResult{err: badRequest("", "%s", reason)})
 	}
 	progress := func(p *dataset.Prompt, sample int, raw []byte, offsets []int, lps []float64) {
+		if s.streams.Load() == 0 {
+			return
+		}
 		s.mu.Lock()
 		j := s.running[p.Answer]
 		s.mu.Unlock()
@@ -329,8 +333,16 @@ func (s *Server) finish(token string, r jobResult) {
 	s.wake.Broadcast()
 	s.mu.Unlock()
 	if j != nil {
-		j.done <- r
+		s.end(j, r)
 	}
+}
+
+// end hands a job its result.
+func (s *Server) end(j *job, r jobResult) {
+	if j.stream != nil {
+		s.streams.Add(-1)
+	}
+	j.done <- r
 }
 
 // failAll ends every running and queued request with e.
@@ -338,11 +350,11 @@ func (s *Server) failAll(e *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t, j := range s.running {
-		j.done <- jobResult{err: e}
+		s.end(j, jobResult{err: e})
 		delete(s.running, t)
 	}
 	for _, j := range s.queue {
-		j.done <- jobResult{err: e}
+		s.end(j, jobResult{err: e})
 	}
 	s.queue = s.queue[:0]
 }
@@ -372,8 +384,9 @@ func (s *Server) enqueue(ctx context.Context, opts rollout.Options, prompts []da
 		// The engine copies a prompt's answer into its records; a served
 		// prompt has none, so it carries the job's token back.
 		j.prompt.Answer = j.token
-		if i == 0 {
+		if i == 0 && st != nil {
 			j.stream = st
+			s.streams.Add(1)
 		}
 		jobs[i] = j
 		s.queue = append(s.queue, j)
