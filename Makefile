@@ -95,7 +95,7 @@ test: $(LIBS)
 GGUF_FUZZTIME ?= 10m
 bench: $(LIBS)
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -fuzz FuzzPrecheckGGUF -fuzztime $(GGUF_FUZZTIME) -fuzzminimizetime 5s ./llama
 
