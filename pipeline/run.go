@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -324,8 +325,15 @@ func stepLine(r StepMetrics, steps int, eta time.Duration) string {
 	if r.EvalAccuracy != nil {
 		ev = fmt.Sprintf(", held-out %.3f", *r.EvalAccuracy)
 	}
-	return fmt.Sprintf("step %d/%d: accuracy %.3f%s, reward %.3f, zero-std %.2f (binary %.2f), tokens %.1f, loss %.4g, grad %.3g, %.0f tokens/s, %.1fs, ETA %s",
-		r.Step, steps, r.Accuracy, ev, r.MeanReward, r.ZeroStdFrac, r.ZeroStdFracBinary, r.MeanTokens, r.Loss, r.GradNorm, r.TokensPerS, r.StepS, eta.Round(time.Second))
+	train := fmt.Sprintf("loss %.4g, grad %.3g", r.Loss, r.GradNorm)
+	switch {
+	case r.TrainSkipped == 1:
+		train = "no update (every advantage zero)"
+	case r.Updates > 1 || (!math.IsNaN(r.KL) && r.KL > 0):
+		train += fmt.Sprintf(", %d updates, clipped %.2f, KL %.3g", r.Updates, r.ClipFrac, r.KL)
+	}
+	return fmt.Sprintf("step %d/%d: accuracy %.3f%s, reward %.3f, zero-std %.2f (binary %.2f), tokens %.1f, %s, %.0f tokens/s, %.1fs, ETA %s",
+		r.Step, steps, r.Accuracy, ev, r.MeanReward, r.ZeroStdFrac, r.ZeroStdFracBinary, r.MeanTokens, train, r.TokensPerS, r.StepS, eta.Round(time.Second))
 }
 
 // runStep does one step's rollouts, scoring, export and training.
