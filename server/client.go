@@ -41,7 +41,11 @@ type Client struct {
 	// Retries is how often a request that failed on the server's side (5xx,
 	// 429, a broken connection) is tried again, with a growing pause; 0 = 3.
 	Retries int
-	HTTP    *http.Client
+	// Plain sends only fields of OpenAI's own API, for servers that refuse
+	// others (api.openai.com): no prompt_id, no return_tokens_as_token_ids,
+	// so the records have no token ids.
+	Plain bool
+	HTTP  *http.Client
 }
 
 // Model names the endpoint and model, for the rollout file's provenance.
@@ -161,18 +165,23 @@ func (e requestError) Error() string { return e.msg }
 // group asks for one prompt's samples.
 func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prompt) ([]dataset.Rollout, int, error) {
 	r := cfg.Rollout
-	body := map[string]any{
-		"model": c.ModelName, "n": r.Group, "max_tokens": r.MaxTokens, "temperature": r.Temperature,
-		"seed": r.Seed, "prompt_id": p.ID, "return_tokens_as_token_ids": true,
+	body := map[string]any{"model": c.ModelName, "n": r.Group, "max_tokens": r.MaxTokens, "temperature": r.Temperature, "seed": r.Seed}
+	if !c.Plain {
+		body["prompt_id"], body["return_tokens_as_token_ids"] = p.ID, true
 	}
 	if r.TopP > 0 && r.TopP < 1 {
 		body["top_p"] = r.TopP
 	}
-	if r.TopK > 0 {
-		body["top_k"] = r.TopK
-	}
-	if r.MinP > 0 {
-		body["min_p"] = r.MinP
+	if r.TopK > 0 || r.MinP > 0 {
+		if c.Plain {
+			return nil, 0, fmt.Errorf("top_k and min_p are not fields of OpenAI's API: unset them to sample with --endpoint-plain")
+		}
+		if r.TopK > 0 {
+			body["top_k"] = r.TopK
+		}
+		if r.MinP > 0 {
+			body["min_p"] = r.MinP
+		}
 	}
 	if len(r.Stop) > 0 {
 		body["stop"] = r.Stop

@@ -677,3 +677,29 @@ func TestMixedSettingsShareTheBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestClientPlain: with Plain the client sends OpenAI's fields only; the
+// records carry the text and log-probs, no token ids, and a setting
+// OpenAI's API lacks is refused before any request.
+func TestClientPlain(t *testing.T) {
+	cfg := testConfig()
+	url, _, _ := startServer(t, cfg, Options{})
+	data := writePrompts(t, promptLines(4)...)
+	out := filepath.Join(t.TempDir(), "plain.jsonl")
+	res, err := pipeline.Rollout(context.Background(), nil, pipeline.RolloutOptions{Config: cfg, In: data, Out: out, NoTiming: true,
+		Source: &Client{Endpoint: url, Plain: true}})
+	if err != nil || res.Records != 12 {
+		t.Fatalf("plain rollout: %v, %d records", err, res.Records)
+	}
+	for _, r := range readByKey(t, out) {
+		if len(r.Tokens) != 0 || len(r.Logprobs) == 0 || r.Text == "" {
+			t.Fatalf("%s/%d: %d token ids, %d log-probs, text %q", r.PromptID, r.Sample, len(r.Tokens), len(r.Logprobs), r.Text)
+		}
+	}
+	cfg.Rollout.TopK = 5
+	_, err = pipeline.Rollout(context.Background(), nil, pipeline.RolloutOptions{Config: cfg, In: data, Out: filepath.Join(t.TempDir(), "x.jsonl"),
+		Source: &Client{Endpoint: url, Plain: true}})
+	if err == nil || !strings.Contains(err.Error(), "top_k") {
+		t.Fatalf("top_k with a plain client: %v", err)
+	}
+}

@@ -95,6 +95,7 @@ func endpointFlags() []cli.Flag {
 		&cli.StringFlag{Name: "endpoint-model", Usage: "model `NAME` the requests ask for (default: the first /v1/models lists)"},
 		&cli.StringFlag{Name: "api-key", Sources: cli.EnvVars("OPENAI_API_KEY"), Usage: "bearer token for --endpoint"},
 		&cli.IntFlag{Name: "concurrency", Value: 8, Usage: "requests in flight to --endpoint"},
+		&cli.BoolFlag{Name: "endpoint-plain", Usage: "send only OpenAI's own request fields (for api.openai.com): no prompt_id, no token ids in the records"},
 	}
 }
 
@@ -105,7 +106,8 @@ func endpointOf(ctx context.Context, c *cli.Command) (pipeline.RolloutSource, er
 	if c.String("endpoint") == "" {
 		return nil, nil
 	}
-	cl := &server.Client{Endpoint: c.String("endpoint"), ModelName: c.String("endpoint-model"), APIKey: c.String("api-key"), Concurrency: c.Int("concurrency")}
+	cl := &server.Client{Endpoint: c.String("endpoint"), ModelName: c.String("endpoint-model"), APIKey: c.String("api-key"), Concurrency: c.Int("concurrency"),
+		Plain: c.Bool("endpoint-plain")}
 	if err := cl.Resolve(ctx); err != nil {
 		return nil, err
 	}
