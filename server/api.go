@@ -117,6 +117,7 @@ func (s sampling) stops() ([]string, *apiError) {
 const (
 	maxStops    = 16
 	maxLogprobs = 20
+	maxPrompts  = 256 // in one completions request
 )
 
 // check validates the sampling fields against the server's limits.
@@ -155,8 +156,8 @@ func (r completionRequest) prompts() ([]string, *apiError) {
 	if err := json.Unmarshal(r.Prompt, &list); err != nil {
 		return nil, badRequest("prompt", "prompt: want a string or a list of strings (token arrays are not supported)")
 	}
-	if len(list) == 0 {
-		return nil, badRequest("prompt", "prompt: an empty list")
+	if len(list) == 0 || len(list) > maxPrompts {
+		return nil, badRequest("prompt", "prompt: a list of %d prompts, want 1..%d", len(list), maxPrompts)
 	}
 	return list, nil
 }
