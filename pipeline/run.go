@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -49,9 +51,18 @@ type RunOptions struct {
 	// rollout"), for a status line rewritten in place on a terminal; Log
 	// still gets each step's final line.
 	Live func(line string)
+	// Progress, when set, receives the loop's events: RunStage, RunStepDone
+	// and RunNote.
+	Progress func(Event)
 	// StopAfter, when > 0, stops (as if killed) after that many steps of
 	// this invocation; tests use it to check resumption.
 	StopAfter int
+	// BeforeFrom, when set, is a finished run folder whose evaluation
+	// before training (step 0) this run reuses instead of repeating it:
+	// an experiment's runs share the model, the held-out prompts and the
+	// greedy settings, and a new adapter (B = 0) changes no logit, so
+	// every run's step 0 is the same. Ignored with model.adapter set.
+	BeforeFrom string
 }
 
 // RunResult is what a run ended with.
@@ -79,13 +90,21 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if err := checkRunConfig(cfg); err != nil {
 		return res, err
 	}
-	trainPrompts, err := readPrompts(cfg.Data.Train)
+	// Every key before anything exists on disk: a value that would fail in
+	// step 1 must not leave a run folder behind.
+	if err := cfg.Validate(); err != nil {
+		return res, err
+	}
+	if err := checkRunFiles(cfg); err != nil {
+		return res, err
+	}
+	trainPrompts, err := readPrompts(cfg.Data.Train, cfg.Data.Map)
 	if err != nil {
 		return res, err
 	}
 	var evalPrompts []dataset.Prompt
 	if cfg.Data.Eval != "" {
-		if evalPrompts, err = readPrompts(cfg.Data.Eval); err != nil {
+		if evalPrompts, err = readPrompts(cfg.Data.Eval, cfg.Data.Map); err != nil {
 			return res, err
 		}
 	}
@@ -94,11 +113,14 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		return res, err
 	}
 
-	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers})
+	mc := cfg.Model
+	mc.Adapter = "" // the run's own adapter is loaded below
+	h, err := OpenModel(mc)
 	if err != nil {
 		return res, err
 	}
-	defer m.Close()
+	defer h.Close()
+	m := h.llm
 	adapterPath := filepath.Join(dir, InitAdapter)
 	switch {
 	case ck != nil:
@@ -110,12 +132,12 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := train.CreateLoRA(m, adapterPath, LoRAConfig(cfg)); err != nil {
 			return res, err
 		}
+		crashPoint("init-adapter-written")
 	}
-	a, err := llama.LoadAdapter(m, adapterPath)
-	if err != nil {
+	if err := h.LoadAdapter(adapterPath); err != nil {
 		return res, err
 	}
-	defer a.Close()
+	a := h.adapter
 
 	tr, err := train.NewLoRATrainer(m, a, TrainerConfig(cfg))
 	if err != nil {
@@ -131,30 +153,25 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 			return res, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
 		}
 	}
-	engine, err := rollout.NewEngine(m, EngineOptions(cfg))
+	// The handle's engines sample with its adapter, the one trained here.
+	engine, err := h.engine(EngineOptions(cfg))
 	if err != nil {
-		return res, err
-	}
-	defer engine.Close()
-	if err := engine.SetAdapter(a, 1); err != nil {
 		return res, err
 	}
 	var greedy *rollout.Engine
 	if len(evalPrompts) > 0 {
-		if greedy, err = rollout.NewEngine(m, GreedyOptions(cfg)); err != nil {
-			return res, err
-		}
-		defer greedy.Close()
-		if err := greedy.SetAdapter(a, 1); err != nil {
+		if greedy, err = h.engine(GreedyOptions(cfg)); err != nil {
 			return res, err
 		}
 	}
 
-	start := 0
+	// Rows after the checkpoint are redone, so they are dropped; without a
+	// checkpoint that includes step 0's evaluation.
+	start, kept := 0, -1
 	if ck != nil {
-		start = ck.Step
+		start, kept = ck.Step, ck.Step
 	}
-	mlog, err := OpenMetricsLog(dir, start)
+	mlog, err := OpenMetricsLog(dir, kept)
 	if err != nil {
 		return res, err
 	}
@@ -163,14 +180,17 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if greedy == nil {
 			return nil, nil
 		}
-		r, err := Evaluate(ctx, cfg, greedy, nil, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"))
+		r, err := evaluateEngines(ctx, cfg, greedy, cfg.Data.Eval, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"))
 		if err != nil {
 			return nil, fmt.Errorf("step %d: evaluation: %w", step, err)
 		}
 		return &r, nil
 	}
 	if start == 0 && greedy != nil {
-		ev, err := evaluate(0)
+		ev, err := reuseBefore(o.BeforeFrom, dir, cfg)
+		if ev == nil && err == nil {
+			ev, err = evaluate(0)
+		}
 		if err != nil {
 			return res, err
 		}
@@ -181,7 +201,9 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := mlog.Append(row); err != nil {
 			return res, err
 		}
+		crashPoint("eval0-recorded")
 		fmt.Fprintf(logw, "step 0: held-out accuracy %.3f, mean tokens %.1f (before training)\n", ev.Accuracy, ev.MeanTokens)
+		emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out accuracy %.3f, mean tokens %.1f (before training)", ev.Accuracy, ev.MeanTokens)})
 	}
 
 	runStart := time.Now()
@@ -190,10 +212,12 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		crashPoint("step-start")
 		stage := func(name string) {
 			if o.Live != nil {
 				o.Live(fmt.Sprintf("step %d/%d: %s", step, cfg.Run.Steps, name))
 			}
+			emit(o.Progress, RunStage{Step: step, Steps: cfg.Run.Steps, Stage: name})
 		}
 		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr, stage)
 		if err != nil {
@@ -210,10 +234,14 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 				row.EvalMeanTokens = &ev.MeanTokens
 			}
 		}
-		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
+		crashPoint("step-trained")
+		// The row first, then the checkpoint: a stop between the two redoes
+		// the step (its row is dropped on resume) instead of losing the row.
+		if err := mlog.Append(row); err != nil {
 			return res, err
 		}
-		if err := mlog.Append(row); err != nil {
+		crashPoint("metrics-recorded")
+		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
 			return res, err
 		}
 		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots")); err != nil {
@@ -223,6 +251,8 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		eta := time.Duration(float64(time.Since(runStart)) / float64(done) * float64(cfg.Run.Steps-step))
 		line := stepLine(row, cfg.Run.Steps, eta)
 		fmt.Fprintln(logw, line)
+		emit(o.Progress, RunStepDone{Steps: cfg.Run.Steps, Metrics: row, ETA: eta})
+		crashPoint("step-done")
 		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
 			return res, ErrStopped
 		}
@@ -234,6 +264,44 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	}
 	res.Before, res.After = evalAt(dir, res.Rows, 0), evalAt(dir, res.Rows, cfg.Run.Steps)
 	return res, nil
+}
+
+// reuseBefore copies the step-0 evaluation of the run folder from into dir
+// and returns its result; nil when there is nothing to reuse.
+func reuseBefore(from, dir string, cfg Config) (*EvalResult, error) {
+	if from == "" || cfg.Model.Adapter != "" {
+		return nil, nil
+	}
+	rows, err := ReadMetrics(filepath.Join(from, MetricsJSONL))
+	if err != nil || len(rows) == 0 || rows[0].Step != 0 || rows[0].EvalAccuracy == nil {
+		return nil, nil
+	}
+	src := filepath.Join(from, "steps", "0000", "eval")
+	dst := filepath.Join(dir, "steps", "0000", "eval")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return nil, nil
+	}
+	for _, e := range ents {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if err := WriteFileAtomic(filepath.Join(dst, e.Name()), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+			return nil, err
+		}
+	}
+	ev := &EvalResult{Accuracy: *rows[0].EvalAccuracy}
+	if rows[0].EvalMeanTokens != nil {
+		ev.MeanTokens = *rows[0].EvalMeanTokens
+	}
+	return ev, nil
 }
 
 // ErrStopped is returned when RunOptions.StopAfter ended a run early.
@@ -257,8 +325,15 @@ func stepLine(r StepMetrics, steps int, eta time.Duration) string {
 	if r.EvalAccuracy != nil {
 		ev = fmt.Sprintf(", held-out %.3f", *r.EvalAccuracy)
 	}
-	return fmt.Sprintf("step %d/%d: accuracy %.3f%s, reward %.3f, zero-std %.2f (binary %.2f), tokens %.1f, loss %.4g, grad %.3g, %.0f tokens/s, %.1fs, ETA %s",
-		r.Step, steps, r.Accuracy, ev, r.MeanReward, r.ZeroStdFrac, r.ZeroStdFracBinary, r.MeanTokens, r.Loss, r.GradNorm, r.TokensPerS, r.StepS, eta.Round(time.Second))
+	train := fmt.Sprintf("loss %.4g, grad %.3g", r.Loss, r.GradNorm)
+	switch {
+	case r.TrainSkipped == 1:
+		train = "no update (every advantage zero)"
+	case r.Updates > 1 || (!math.IsNaN(r.KL) && r.KL > 0):
+		train += fmt.Sprintf(", %d updates, clipped %.2f, KL %.3g", r.Updates, r.ClipFrac, r.KL)
+	}
+	return fmt.Sprintf("step %d/%d: accuracy %.3f%s, reward %.3f, zero-std %.2f (binary %.2f), tokens %.1f, %s, %.0f tokens/s, %.1fs, ETA %s",
+		r.Step, steps, r.Accuracy, ev, r.MeanReward, r.ZeroStdFrac, r.ZeroStdFracBinary, r.MeanTokens, train, r.TokensPerS, r.StepS, eta.Round(time.Second))
 }
 
 // runStep does one step's rollouts, scoring, export and training.
@@ -273,7 +348,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	// Every step samples afresh: the engine's seed moves with the step.
 	e.SetSeed(cfg.Rollout.Seed + uint64(step)*1_000_003)
 	rolls := filepath.Join(sdir, "rollouts.jsonl")
-	rst, err := writeRollouts(ctx, e, batch, rolls)
+	rst, _, err := writeRollouts(ctx, e, batch, rolls)
 	if err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
 	}
@@ -299,7 +374,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 		adapter = filepath.Join(cfg.Run.Out, fmt.Sprintf("checkpoints/step-%04d/adapter.gguf", step-1))
 	}
 	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: adapter,
-		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd}); err != nil {
+		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated}); err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
 	t2 := time.Now()
@@ -311,13 +386,32 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.RolloutS = t1.Sub(t0).Seconds()
 	row.ScoreS = t2.Sub(t1).Seconds()
 	row.TokensPerS = rst.TokensPerSecond()
+	row.TrainSkipped = 1
 	if len(recs) > 0 {
 		stage("training")
-		st, err := tr.Step(ctx, Examples(recs))
+		exs := Examples(recs)
+		for i := range exs {
+			// The rollouts were sampled with the adapter being trained:
+			// the first update is on-policy and its own forward gives the
+			// old log-probs (the export's are the sampler's, which differ
+			// from the model's under top-k/top-p).
+			exs[i].OldLogProbs = nil
+		}
+		sts, err := tr.Update(ctx, exs)
 		if err != nil {
 			return StepMetrics{}, fmt.Errorf("step %d: train: %w", step, err)
 		}
-		row.Loss, row.GradNorm = st.Loss, st.GradNorm
+		if !sts[0].Skipped {
+			row.TrainSkipped = 0
+			row.Updates = len(sts)
+			row.Loss, row.GradNorm, row.LR = sts[0].Objective, sts[0].GradNorm, sts[0].LR
+			var clip, kl float64
+			for _, st := range sts {
+				clip += st.ClipFrac
+				kl += st.KL
+			}
+			row.ClipFrac, row.KL = clip/float64(len(sts)), kl/float64(len(sts))
+		}
 	}
 	row.TrainS = time.Since(t2).Seconds()
 	row.StepS = time.Since(t0).Seconds()
@@ -377,14 +471,15 @@ func passOrder(n int, seed uint64, pass int) []int {
 // readPrompts reads a prompt file and refuses one whose ids repeat: scoring
 // groups completions by prompt id, so two prompts with one id would merge
 // into one group.
-func readPrompts(path string) ([]dataset.Prompt, error) {
+func readPrompts(path, fieldMap string) ([]dataset.Prompt, error) {
 	if path == "" {
 		return nil, errors.New("no training prompts given ([data] train)")
 	}
-	ps, lines, _, err := dataset.ReadFile[dataset.Prompt](path, false)
+	pf, err := ReadPromptFile(path, fieldMap, false)
 	if err != nil {
 		return nil, err
 	}
+	ps, lines := pf.Prompts, pf.Lines
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("%s: no prompts", path)
 	}
@@ -423,11 +518,20 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 	cfgPath := filepath.Join(dir, RunConfigFile)
 	old, err := os.ReadFile(cfgPath)
 	switch {
-	case err == nil && !resume:
+	case err == nil && !resume && runStarted(dir):
 		return nil, fmt.Errorf("%s already holds a run: resume it with --resume, or choose another [run] out", dir)
 	case err == nil && resume:
-		if !bytes.Equal(old, buf.Bytes()) {
-			return nil, fmt.Errorf("%s: the run was started with another configuration (%s); resume with the same one", dir, cfgPath)
+		diff, err := runConfigDiff(old, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+		if len(diff) > 0 {
+			return nil, fmt.Errorf("%s: the run was started with another configuration (%s): %v; resume with the same one", dir, cfgPath, diff)
+		}
+		if !bytes.Equal(old, buf.Bytes()) { // more steps: the folder says so
+			if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+				return nil, err
+			}
 		}
 		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
 		if errors.Is(err, os.ErrNotExist) {
@@ -443,13 +547,17 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 		return &ck, nil
 	case errors.Is(err, os.ErrNotExist) && resume:
 		return nil, fmt.Errorf("%s: nothing to resume (no %s)", dir, RunConfigFile)
-	case !errors.Is(err, os.ErrNotExist):
+	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return nil, WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
+	if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+		return nil, err
+	}
+	crashPoint("run-folder-created")
+	return nil, nil
 }
 
 // saveCheckpoint writes the adapter and the optimiser state into a new
@@ -474,10 +582,12 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err := WriteFileAtomic(filepath.Join(tmp, "optimizer.bin"), func(w io.Writer) error { _, err := w.Write(opt); return err }); err != nil {
 		return err
 	}
+	crashPoint("checkpoint-files")
 	os.RemoveAll(final)
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
+	crashPoint("checkpoint-renamed")
 	var prev Checkpoint
 	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil {
 		json.Unmarshal(b, &prev)
@@ -487,8 +597,18 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err := WriteFileAtomic(filepath.Join(dir, CheckpointFile), func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 		return err
 	}
+	crashPoint("checkpoint-recorded")
 	if prev.Dir != "" && prev.Dir != name {
 		os.RemoveAll(filepath.Join(dir, prev.Dir))
+	}
+	// What a stop left behind (a folder of a checkpoint that was never
+	// recorded, or whose removal was cut short) goes too.
+	if ents, err := os.ReadDir(filepath.Join(dir, "checkpoints")); err == nil {
+		for _, e := range ents {
+			if e.Name() != filepath.Base(name) {
+				os.RemoveAll(filepath.Join(dir, "checkpoints", e.Name()))
+			}
+		}
 	}
 	return nil
 }

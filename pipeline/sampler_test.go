@@ -93,7 +93,7 @@ func TestReadPromptsDuplicateIDs(t *testing.T) {
 	if err := w.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = readPrompts(path)
+	_, err = readPrompts(path, "")
 	if err == nil {
 		t.Fatal("duplicate ids accepted")
 	}

@@ -19,6 +19,7 @@ type value struct {
 	elems       []value // vSeq, vSet
 	text        string  // vText
 	rel         *relation
+	named       *node // vExpr read from "y = expr": y, so that it can still match an equation
 }
 
 type valueKind uint8
@@ -62,7 +63,11 @@ func parseValue(s string, depth int) value {
 	}
 	for _, sep := range []string{" or ", ";", " and "} {
 		if parts := splitTop(s, sep); len(parts) > 1 {
-			return setOf(parts, depth)
+			v := setOf(parts, depth)
+			if sep == " and " { // "x > 1 and x < 3" is 1 < x < 3, not two answers
+				return andOfBounds(v, s)
+			}
+			return v
 		}
 	}
 	if parts := splitTop(s, `\cup`); len(parts) > 1 {
@@ -72,6 +77,9 @@ func parseValue(s string, depth int) value {
 		inner := strings.TrimSpace(s[2 : len(s)-2])
 		if inner == "" {
 			return value{kind: vSet}
+		}
+		if cond, ok := setBuilder(inner); ok { // \{x \mid x > 3\} is x > 3
+			return parseValue(cond, depth+1)
 		}
 		return setOf(splitTop(inner, ","), depth)
 	}
@@ -114,13 +122,13 @@ func parseRelation(s string, depth int) (value, bool) {
 		return value{}, false
 	}
 	if isVariable(parts[0]) || isVariableTuple(parts[0]) { // "x = y = 3": the last side is the value
-		return parseValue(parts[len(parts)-1], depth+1), true
+		return withName(parseValue(parts[len(parts)-1], depth+1), parts[0], len(parts) == 2), true
 	}
 	if len(parts) != 2 {
 		return value{kind: vText, text: s}, true
 	}
 	if isVariable(parts[1]) { // "2x + 3 = y"
-		return parseValue(parts[0], depth+1), true
+		return withName(parseValue(parts[0], depth+1), parts[1], true), true
 	}
 	lhs, err1 := parseExpr(parts[0])
 	rhs, err2 := parseExpr(parts[1])
@@ -129,6 +137,39 @@ func parseRelation(s string, depth int) (value, bool) {
 	}
 	return value{kind: vEq, expr: &node{kind: kSub, args: []*node{lhs, rhs}}}, true
 }
+
+// setBuilder returns the condition of a set written "x \mid cond",
+// "x | cond" or "x : cond" (also "x \in \mathbb{R} \mid cond").
+func setBuilder(inner string) (string, bool) {
+	for _, sep := range []string{`\mid`, "|", ":"} {
+		parts := splitTop(inner, sep)
+		if len(parts) != 2 {
+			continue
+		}
+		v := parts[0]
+		if in := splitTop(v, `\in`); len(in) == 2 {
+			v = in[0]
+		}
+		if isVariable(v) {
+			return parts[1], true
+		}
+	}
+	return "", false
+}
+
+// withName keeps the variable an expression was solved for, so that
+// "y = 2x + 1" also matches the equation "2x - y + 1 = 0".
+func withName(v value, name string, ok bool) value {
+	if ok && v.kind == vExpr {
+		if n, err := parseExpr(name); err == nil {
+			v.named = n
+		}
+	}
+	return v
+}
+
+// sameVar reports whether two variable nodes name the same variable.
+func sameVar(a, b *node) bool { return a.kind == b.kind && a.name == b.name }
 
 // isVariable: a letter, a Greek letter or a short name, optionally subscripted.
 func isVariable(s string) bool {
@@ -273,6 +314,12 @@ func (c *comparer) equal(a, b value) bool {
 		iv, ok := relInterval(b.rel)
 		return ok && c.equal(a, iv)
 	}
+	if a.kind == vExpr && b.kind == vEq {
+		a, b = b, a
+	}
+	if a.kind == vEq && b.kind == vExpr && b.named != nil {
+		return c.proportional(a.expr, &node{kind: kSub, args: []*node{b.named, b.expr}}, false)
+	}
 	if a.kind != b.kind {
 		return false
 	}
@@ -280,7 +327,12 @@ func (c *comparer) equal(a, b value) bool {
 	case vText:
 		return canonText(a.text) == canonText(b.text)
 	case vExpr:
-		return c.exprEqual(a.expr, b.expr)
+		if c.exprEqual(a.expr, b.expr) {
+			return true
+		}
+		// Solved for different variables: "y = 2x+1" is "x = \frac{y-1}{2}".
+		return a.named != nil && b.named != nil && !sameVar(a.named, b.named) &&
+			c.proportional(&node{kind: kSub, args: []*node{a.named, a.expr}}, &node{kind: kSub, args: []*node{b.named, b.expr}}, false)
 	case vEq:
 		return c.proportional(a.expr, b.expr, false)
 	case vRel:

@@ -13,12 +13,26 @@ import (
 // commands, \boxed, degree signs, units, thousands separators, a final full
 // stop) and spells variants one way (\dfrac → \frac, \frac12 → \frac{1}{2},
 // unicode symbols → commands).
+//
+// Each regular expression runs only where its match can start (a cheap
+// substring test first): most answers are short and plain, and the
+// expressions were a third of the verifier's time.
 func normalizeMath(s string) string {
-	s = unicodeReplacer.Replace(s)
-	s = rewriteMatrices(s) // before the row separator \\ can be taken for spacing
-	s = thinThousandsRE.ReplaceAllString(s, "$1$2")
-	s = sizingRE.ReplaceAllString(s, "")
-	s = latexReplacer.Replace(s)
+	if !isASCII(s) { // every key of unicodeReplacer is non-ASCII
+		s = unicodeReplacer.Replace(s)
+	}
+	if strings.Contains(s, `\begin`) {
+		s = rewriteMatrices(s) // before the row separator \\ can be taken for spacing
+	}
+	if strings.Contains(s, `\,`) || strings.Contains(s, `{,}`) || strings.Contains(s, `\ `) {
+		s = thinThousandsRE.ReplaceAllString(s, "$1$2")
+	}
+	if strings.Contains(s, `\left`) || strings.Contains(s, `\right`) || strings.Contains(s, `\big`) || strings.Contains(s, `\Big`) {
+		s = sizingRE.ReplaceAllString(s, "")
+	}
+	if strings.ContainsAny(s, "\\$~\n\t\r") {
+		s = latexReplacer.Replace(s)
+	}
 	s = rewriteRepeating(s)
 	s = unwrapCommand(s, `\boxed`)
 	s = unwrapCommand(s, `\fbox`)
@@ -27,7 +41,9 @@ func normalizeMath(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
 	s = stripThousands(s)
 	s = strings.TrimSpace(strings.TrimRight(s, " .\\"))
-	s = mixedNumberRE.ReplaceAllString(s, "$1($2+$3/$4)")
+	if strings.IndexByte(s, '/') >= 0 && strings.IndexByte(s, ' ') >= 0 {
+		s = mixedNumberRE.ReplaceAllString(s, "$1($2+$3/$4)")
+	}
 	s = stripUnitWords(s)
 	return s
 }
@@ -72,7 +88,8 @@ var (
 // "0.(3)" is taken only as a whole number, not after a letter or inside a
 // longer number, since "x.(3)" or "2.5(3)4" mean something else.
 func rewriteRepeating(s string) string {
-	if !strings.Contains(s, ".") {
+	if !strings.Contains(s, ".") || !strings.Contains(s, `\overline`) && !strings.Contains(s, `\bar`) &&
+		!strings.Contains(s, `\dot`) && !hasDecimalBracket(s) {
 		return s
 	}
 	s = replaceSubmatch(s, repeatingRE, func(s string, m []int) (string, bool) {
@@ -93,6 +110,24 @@ func rewriteRepeating(s string) string {
 		first, last := group(s, m, 3)+group(s, m, 4), group(s, m, 6)+group(s, m, 7)
 		return repeatingFraction(group(s, m, 1), group(s, m, 2), first+group(s, m, 5)+last)
 	})
+}
+
+// hasDecimalBracket reports whether a "." and digits are followed by "(",
+// where the bracket form of a repeating decimal must be.
+func hasDecimalBracket(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '.' {
+			continue
+		}
+		j := i + 1
+		for j < len(s) && isDigit(s[j]) {
+			j++
+		}
+		if j < len(s) && s[j] == '(' {
+			return true
+		}
+	}
+	return false
 }
 
 // group is submatch k of the match m in s, "" when it did not take part.
@@ -397,6 +432,9 @@ var thousandsRE = regexp.MustCompile(`\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+`)
 // outside brackets, where a comma can only be a separator; inside brackets
 // "(1,234)" stays a pair.
 func stripThousands(s string) string {
+	if !hasDigitGroup(s) {
+		return s
+	}
 	ms := thousandsRE.FindAllStringIndex(s, -1)
 	if ms == nil {
 		return s
@@ -415,6 +453,26 @@ func stripThousands(s string) string {
 	}
 	b.WriteString(s[last:])
 	return b.String()
+}
+
+// hasDigitGroup reports whether s has a digit, a comma or blank, and three
+// digits: where a match of thousandsRE must start.
+func hasDigitGroup(s string) bool {
+	for i := 0; i+4 < len(s); i++ {
+		if isDigit(s[i]) && (s[i+1] == ',' || s[i+1] == ' ') && isDigit(s[i+2]) && isDigit(s[i+3]) && isDigit(s[i+4]) {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // bracketDepth counts open minus closed brackets of any kind, so that an

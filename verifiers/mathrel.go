@@ -1,6 +1,7 @@
 package verifiers
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -14,13 +15,14 @@ type relation struct {
 
 // relOps are the comparison operators, longest spelling first, with the
 // canonical name of each; ">" and "\ge" are flipped into "<" and "\le".
+// "!=" is left out: in "5!=120" it is a factorial and an equals sign.
 var relOps = []struct{ text, op string }{
-	{"<=", `\le`}, {">=", `\ge`}, {"!=", `\ne`}, {"<", "<"}, {">", ">"},
+	{"<=", `\le`}, {">=", `\ge`}, {"<", "<"}, {">", ">"},
 	{`\le`, `\le`}, {`\ge`, `\ge`}, {`\ne`, `\ne`}, {`\lt`, "<"}, {`\gt`, ">"},
 }
 
-// splitRelation splits s at comparison operators outside brackets. ok is
-// false when there is none; eq reports an "=" among them.
+// splitRelation splits s at comparison operators outside brackets; ops is
+// nil when there is none. eq reports an "=" outside brackets.
 func splitRelation(s string) (parts, ops []string, eq bool) {
 	depth, last := 0, 0
 	for i := 0; i < len(s); i++ {
@@ -37,7 +39,7 @@ func splitRelation(s string) (parts, ops []string, eq bool) {
 			}
 			continue
 		}
-		if depth != 0 || (s[i] != '<' && s[i] != '>' && s[i] != '!' && s[i] != '\\') {
+		if depth != 0 || (s[i] != '<' && s[i] != '>' && s[i] != '\\') {
 			continue
 		}
 		for _, r := range relOps {
@@ -69,7 +71,7 @@ func parseInequality(s string) (value, bool) {
 		return value{}, false
 	}
 	text := value{kind: vText, text: s}
-	if eq || (len(ops) > 1 && strings.Contains(strings.Join(ops, " "), `\ne`)) {
+	if eq || (len(ops) > 1 && slices.Contains(ops, `\ne`)) {
 		return text, true // "0 < x = 1", "a \ne b \ne c": kept as text
 	}
 	up, down := 0, 0
@@ -99,7 +101,10 @@ func parseInequality(s string) (value, bool) {
 		}
 		r.ops = make([]string, len(ops))
 		for i, op := range ops {
-			flip := map[string]string{">": "<", `\ge`: `\le`}[op]
+			flip := "<"
+			if op == `\ge` {
+				flip = `\le`
+			}
 			r.ops[len(ops)-1-i] = flip
 		}
 	}
@@ -163,7 +168,7 @@ func relInterval(r *relation) (value, bool) {
 		hi, hiOp = r.sides[1], r.ops[0]
 	case len(r.ops) == 2 && r.sides[1].kind == kVar && !hasVars(r.sides[0], r.sides[2]):
 		lo, hi, loOp, hiOp = r.sides[0], r.sides[2], r.ops[0], r.ops[1]
-		if loOp == "<" && hiOp == "<" {
+		if loOp == "<" && hiOp == "<" && !hasInf(lo) && !hasInf(hi) {
 			return value{}, false
 		}
 	default:
@@ -177,4 +182,41 @@ func relInterval(r *relation) (value, bool) {
 		iv.close = ']'
 	}
 	return iv, true
+}
+
+// andOfBounds reads answers joined by "and": when they are inequalities,
+// "and" intersects them, so a lower and an upper bound on one variable
+// ("x > 1 and x < 3") become the chain 1 < x < 3; other inequalities
+// joined by "and" stay text, never a list of answers, which would read as
+// their union. Answers that are not inequalities are a list ("3 and -3").
+func andOfBounds(v value, s string) value {
+	if v.kind != vSet || !slices.ContainsFunc(v.elems, func(e value) bool { return e.kind == vRel }) {
+		return v
+	}
+	text := value{kind: vText, text: s}
+	if len(v.elems) != 2 {
+		return text
+	}
+	var lo, hi *relation // lo: "a < x", hi: "x < b"
+	for _, e := range v.elems {
+		if e.kind != vRel || len(e.rel.ops) != 1 || e.rel.ops[0] == `\ne` {
+			return text
+		}
+		r := e.rel
+		switch {
+		case r.sides[1].kind == kVar && !hasVars(r.sides[0]) && lo == nil:
+			lo = r
+		case r.sides[0].kind == kVar && !hasVars(r.sides[1]) && hi == nil:
+			hi = r
+		default:
+			return text
+		}
+	}
+	if lo == nil || hi == nil || !sameVar(lo.sides[1], hi.sides[0]) {
+		return text
+	}
+	return value{kind: vRel, rel: &relation{
+		ops:   []string{lo.ops[0], hi.ops[0]},
+		sides: []*node{lo.sides[0], lo.sides[1], hi.sides[1]},
+	}}
 }
