@@ -118,7 +118,7 @@ func TestGPULogitsMatchCPU(t *testing.T) {
 		}
 		d := maxDiff(rows[0], rows[1])
 		t.Logf("%s, adapter %v: max |logit CPU - device| %.3g", gpu.Name, withAdapter, d)
-		if d > 1e-3 {
+		if d > 1e-2 {
 			t.Fatalf("adapter %v: logits on %s differ from the CPU's by %g", withAdapter, gpu.Name, d)
 		}
 	}
@@ -203,9 +203,7 @@ func TestGPUGreedyStories(t *testing.T) {
 		d = math.Max(d, math.Abs(lps[0][k]-lps[1][k]))
 	}
 	t.Logf("stories260K on %s: %d greedy tokens identical to the CPU's, max |Δ log p| %.3g", gpu.Name, len(gens[0]), d)
-	if d > 1e-3 {
-		t.Fatalf("log-probs on %s differ from the CPU's by %g", gpu.Name, d)
-	}
+	testutil.Bound(t, gpu, "max |Δ log p| against the CPU (one batch)", d, 1e-2)
 }
 
 func logSoftmaxAt(l []float32, tok llama.Token) float64 {
