@@ -71,8 +71,8 @@ type lineRecorder struct {
 }
 
 func (r *lineRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *lineRecorder) WithAttrs([]slog.Attr) slog.Handler        { return r }
-func (r *lineRecorder) WithGroup(string) slog.Handler             { return r }
+func (r *lineRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *lineRecorder) WithGroup(string) slog.Handler            { return r }
 func (r *lineRecorder) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	r.lines = append(r.lines, rec.Message)
