@@ -103,35 +103,40 @@ func noGPUError(layers int) error {
 // so that nothing runs on a device: without it llama.cpp would still keep
 // weights in the first GPU's host buffers and send large matrix products to
 // it (op offload).
-func selectDevices(p ModelParams) (*C.ggml_backend_dev_t, error) {
+// It also returns the GPU devices the layers may go to.
+func selectDevices(p ModelParams) (*C.ggml_backend_dev_t, []Device, error) {
 	Init()
 	cpuOnly := strings.EqualFold(p.Device, "cpu")
 	if cpuOnly && p.GPULayers != 0 {
-		return nil, fmt.Errorf("device CPU with gpu_layers = %d: set gpu_layers = 0 or name a GPU device (`confclip version` lists them)", p.GPULayers)
+		return nil, nil, fmt.Errorf("device CPU with gpu_layers = %d: set gpu_layers = 0 or name a GPU device (`confclip version` lists them)", p.GPULayers)
 	}
 	if cpuOnly || (p.GPULayers == 0 && !p.OpOffload) {
-		return devList(nil), nil
+		return devList(nil), nil, nil
 	}
-	var gpus []C.ggml_backend_dev_t
+	var gpus []Device
 	var names []string
 	for i := 0; i < int(C.ggml_backend_dev_count()); i++ {
 		dev := C.ggml_backend_dev_get(C.size_t(i))
 		if d := device(dev); d.IsGPU() {
-			gpus = append(gpus, dev)
+			gpus = append(gpus, d)
 			names = append(names, d.Name)
 			if p.Device != "" && strings.EqualFold(p.Device, d.Name) {
-				return devList([]C.ggml_backend_dev_t{dev}), nil
+				return devList([]C.ggml_backend_dev_t{dev}), []Device{d}, nil
 			}
 		}
 	}
 	if len(gpus) == 0 {
-		return nil, noGPUError(p.GPULayers)
+		return nil, nil, noGPUError(p.GPULayers)
 	}
 	if p.Device != "" {
-		return nil, fmt.Errorf("no device %q: this build has %s and CPU", p.Device, strings.Join(names, ", "))
+		return nil, nil, fmt.Errorf("no device %q: this build has %s and CPU", p.Device, strings.Join(names, ", "))
 	}
-	return nil, nil
+	return nil, gpus, nil
 }
+
+// Devices lists the GPU devices the model's layers may be on (none: it runs
+// on the CPU only).
+func (m *Model) Devices() []Device { return m.devices }
 
 func devList(devs []C.ggml_backend_dev_t) *C.ggml_backend_dev_t {
 	var d C.ggml_backend_dev_t

@@ -40,7 +40,8 @@ type Model struct {
 	// vocabOnly models have no hyperparameters; llama.cpp aborts when asked
 	// for them, so Info leaves them zero.
 	vocabOnly bool
-	opOffload bool // see ModelParams.OpOffload
+	opOffload bool     // see ModelParams.OpOffload
+	devices   []Device // the GPUs it may use (Devices)
 	cleanup   runtime.Cleanup
 }
 
@@ -73,7 +74,7 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	if p.GPULayers < 0 {
 		mp.n_gpu_layers = 999
 	}
-	devs, err := selectDevices(p)
+	devs, gpus, err := selectDevices(p)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -91,7 +92,7 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 		return nil, fileErr(path, "%s", because("llama.cpp could not load the model (architecture "+arch+")", msg))
 	}
 	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly,
-		opOffload: p.GPULayers != 0 || p.OpOffload}
+		opOffload: p.GPULayers != 0 || p.OpOffload, devices: gpus}
 	model.nv = int(C.llama_vocab_n_tokens(model.vocab))
 	model.cleanup = runtime.AddCleanup(model, func(m *C.struct_llama_model) { C.llama_model_free(m) }, m)
 	return model, nil
