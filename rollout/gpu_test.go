@@ -85,7 +85,7 @@ func TestGPURolloutLogprobsMatchTeacherForcing(t *testing.T) {
 		{"tiny", func(*testing.T) string { return tinyPath }, tinyPrompts,
 			rollout.Options{Group: 4, MaxTokens: 24, Parallel: 6, Seed: 3}},
 		{"stories260K", func(t *testing.T) string { return filepath.Join(sharedModels(t), "stories260K.gguf") }, storiesPrompts,
-			rollout.Options{Group: 8, MaxTokens: 64, Parallel: 12, Seed: 11}},
+			rollout.Options{Group: 4, MaxTokens: 32, Parallel: 6, Seed: 11}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := llama.LoadModel(tc.path(t), llama.ModelParams{GPULayers: -1, Device: gpu.Name})
