@@ -14,10 +14,11 @@ import (
 func init() {
 	register(&cli.Command{
 		Name:  "gen-model",
-		Usage: "write a small deterministic llama-architecture GGUF model with random weights (for tests and benchmarks)",
+		Usage: "write a small deterministic GGUF model with random weights (for tests and benchmarks)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `FILE`.gguf"},
-			&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny (about 100K parameters) or bench (about 100M)"},
+			&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny (about 100K parameters) or bench (about 100M, llama only)"},
+			&cli.StringFlag{Name: "arch", Value: "llama", Usage: "architecture: " + strings.Join(modelgen.Archs, ", ")},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "weight RNG seed"},
 			&cli.StringFlag{Name: "quantize", Usage: "quantize with llama.cpp's quantizer: " + strings.Join(llama.QuantTypes(), ", ")},
 		},
@@ -25,8 +26,14 @@ func init() {
 			var s modelgen.Spec
 			switch c.String("size") {
 			case "tiny":
-				s = modelgen.Tiny()
+				var err error
+				if s, err = modelgen.TinyArch(c.String("arch")); err != nil {
+					return cli.Exit("gen-model: --arch: "+err.Error(), 2)
+				}
 			case "bench":
+				if c.String("arch") != "llama" {
+					return cli.Exit(fmt.Sprintf("gen-model: --size bench is a llama model; --arch %q needs --size tiny", c.String("arch")), 2)
+				}
 				s = modelgen.Bench()
 			default:
 				return cli.Exit(fmt.Sprintf("gen-model: --size %q: want tiny or bench", c.String("size")), 2)
