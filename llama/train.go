@@ -105,10 +105,15 @@ type PGSeq struct {
 	Tokens  []Token
 	NPrompt int
 	Weight  float32
+	// TokenWeights, when not nil, gives each completion token its own weight
+	// (len(Tokens)-NPrompt of them) and Weight is ignored: the clipped
+	// objective and the KL penalty weigh tokens one by one.
+	TokenWeights []float32
 }
 
 // PGEval runs the model on seqs packed into one micro-batch, without the KV
-// cache, and evaluates L = -sum_i Weight_i * sum_t log p(completion token t).
+// cache, and evaluates L = -sum_i Weight_i * sum_t log p(completion token t)
+// (or -sum_i sum_t TokenWeights_i[t] * log p where token weights are given).
 // With params it also runs the backward pass and writes dL/dparam into grads
 // (one slice of Len() values per param). It returns L and the log-probability
 // of every completion token, sequences in order. The context must have been
@@ -125,6 +130,9 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 	for i, s := range seqs {
 		if s.NPrompt < 1 || len(s.Tokens) <= s.NPrompt {
 			return 0, nil, fmt.Errorf("llama: sequence %d: %d tokens with %d prompt tokens (need a prompt and a completion)", i, len(s.Tokens), s.NPrompt)
+		}
+		if s.TokenWeights != nil && len(s.TokenWeights) != len(s.Tokens)-s.NPrompt {
+			return 0, nil, fmt.Errorf("llama: sequence %d: %d token weights for %d completion tokens", i, len(s.TokenWeights), len(s.Tokens)-s.NPrompt)
 		}
 		nComp += len(s.Tokens) - s.NPrompt
 	}
@@ -148,6 +156,12 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		toks = append(toks, p)
 		copy(unsafe.Slice((*Token)(p), len(s.Tokens)), s.Tokens)
 		csl[i] = C.struct_llama_pg_seq{tokens: (*C.llama_token)(p), n_tokens: C.int32_t(len(s.Tokens)), n_prompt: C.int32_t(s.NPrompt), weight: C.float(s.Weight)}
+		if s.TokenWeights != nil {
+			w := C.malloc(C.size_t(4 * len(s.TokenWeights)))
+			toks = append(toks, w)
+			copy(unsafe.Slice((*float32)(w), len(s.TokenWeights)), s.TokenWeights)
+			csl[i].token_weights = (*C.float)(w)
+		}
 	}
 	var cparams **C.struct_ggml_tensor
 	var cgrads **C.float
@@ -182,4 +196,16 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 	logprobs = make([]float32, nComp)
 	copy(logprobs, unsafe.Slice((*float32)(unsafe.Pointer(lp)), nComp))
 	return float64(closs), logprobs, nil
+}
+
+// CanTrain returns nil when PGEval can train the model's architecture, or an
+// error saying why not (recurrent or hybrid memory, a diffusion or
+// encoder-decoder model, layers that reuse another layer's KV cache). An op
+// of the architecture's graph without a backward pass is found later, by
+// PGEval, with the op's name.
+func (m *Model) CanTrain() error {
+	if why := C.llama_model_training_unsupported(m.m); why != nil {
+		return fmt.Errorf("%s: the %s architecture cannot be trained: %s", m.path, m.Architecture(), C.GoString(why))
+	}
+	return nil
 }

@@ -108,8 +108,8 @@ func NewFullTrainer(m *llama.Model, weights []string, cfg Config) (*Trainer, err
 }
 
 func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error) {
-	if m.Architecture() != "llama" {
-		return nil, fmt.Errorf("%s: training supports the llama architecture, the model is %q", m.Path(), m.Architecture())
+	if err := m.CanTrain(); err != nil {
+		return nil, err
 	}
 	switch cfg.LossAgg {
 	case TokenMean, SeqMeanTokenMean:
