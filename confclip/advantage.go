@@ -125,3 +125,41 @@ func MaskTruncated(a []float64, truncated []bool) {
 		}
 	}
 }
+
+// Advantage scales (advantage.scale): what the GRPO advantage divides the
+// centred rewards by.
+const (
+	ScaleGroup = "group" // each group's own std (GRPO)
+	ScaleBatch = "batch" // the std of every reward in the batch (TRL's scale_rewards="batch")
+	ScaleNone  = "none"  // nothing: Dr. GRPO's r_i - mean(r)
+)
+
+// ScaleNames lists the advantage.scale values.
+func ScaleNames() []string { return []string{ScaleGroup, ScaleBatch, ScaleNone} }
+
+// GRPOBatch is the GRPO advantage with the batch's std (TRL's
+// scale_rewards="batch"; Liu et al. 2025's critique of per-group std),
+// one slice per group in a and r:
+//
+//	A_i = (r_i - mean of i's group) / (std over every reward of the batch + 1e-6),
+//
+// with the n-1 std. A group whose rewards are nearly equal keeps nearly
+// zero advantages instead of having its small differences blown up to unit
+// size by its own small std; a group of one gets A = 0.
+func GRPOBatch(a, r [][]float64) {
+	var all []float64
+	for _, g := range r {
+		all = append(all, g...)
+	}
+	_, std := MeanStd(all)
+	for gi, g := range r {
+		if len(g) < 2 {
+			clear(a[gi])
+			continue
+		}
+		mean, _ := MeanStd(g)
+		for i, x := range g {
+			a[gi][i] = (x - mean) / (std + GRPOEps)
+		}
+	}
+}

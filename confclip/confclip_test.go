@@ -75,6 +75,51 @@ func TestWorkedExamples(t *testing.T) {
 	}
 }
 
+// TestWorkedExample4 reproduces METHOD.md's worked example 4: batch
+// scaling over two groups of two.
+func TestWorkedExample4(t *testing.T) {
+	r := [][]float64{{1, 0}, {0.5, 0.5}}
+	a := [][]float64{make([]float64, 2), make([]float64, 2)}
+	GRPOBatch(a, r)
+	near(t, "batch A", append(a[0], a[1]...), []float64{1.22474, -1.22474, 0, 0})
+	for gi := range r {
+		GRPO(a[gi], r[gi])
+	}
+	near(t, "group A", append(a[0], a[1]...), []float64{0.70711, -0.70711, 0, 0})
+}
+
+// TestAllWrongGroupScaling shows the mechanism of the ConfClip + GRPO
+// collapse on a weak model: in a group whose answers are all wrong the
+// ConfClip rewards differ only by the small spread of the confidences, and
+// GRPO's per-group std turns that spread into unit-size advantages, so the
+// least confident wrong answer is reinforced as hard as a right answer
+// would be. With the batch's std (a batch that also holds a group with a
+// right answer) the same group's advantages stay small.
+func TestAllWrongGroupScaling(t *testing.T) {
+	rw, err := NewReward("confclip", DefaultRewardParams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong, mixed := make([]float64, 4), make([]float64, 4)
+	rw.Group(wrong, []float64{0, 0, 0, 0}, []float64{0.31, 0.30, 0.29, 0.305})
+	rw.Group(mixed, []float64{1, 0, 0, 0}, []float64{0.6, 0.3, 0.35, 0.4})
+	group := make([]float64, 4)
+	GRPO(group, wrong)
+	if group[2] < 1 {
+		t.Fatalf("group scaling: the least confident wrong answer gets A = %.3f; the mechanism needs it >= 1", group[2])
+	}
+	batch := [][]float64{make([]float64, 4), make([]float64, 4)}
+	GRPOBatch(batch, [][]float64{wrong, mixed})
+	for i, x := range batch[0] {
+		if math.Abs(x) > 0.05 {
+			t.Errorf("batch scaling: all-wrong group's A[%d] = %.3f, want |A| <= 0.05 (group scaling gave %.3f)", i, x, group[i])
+		}
+	}
+	if batch[1][0] < 1 {
+		t.Errorf("batch scaling: the right answer's A = %.3f, want >= 1", batch[1][0])
+	}
+}
+
 // TestConfidenceExample reproduces METHOD.md's worked example 3.
 func TestConfidenceExample(t *testing.T) {
 	l := []float64{-0.1, -0.5, -0.05, -1.2}

@@ -14,6 +14,9 @@ import (
 // MaxLineBytes bounds one JSONL line (64 MiB); longer lines are an error.
 const MaxLineBytes = 64 << 20
 
+// maxLine is MaxLineBytes, lowered by tests.
+var maxLine = MaxLineBytes
+
 // LineError is a problem with one line of a JSONL file.
 type LineError struct {
 	File string
@@ -25,18 +28,20 @@ func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.File, e.L
 func (e *LineError) Unwrap() error { return e.Err }
 
 // Reader reads JSON objects, one a line, remembering the line number.
-// Blank lines are skipped.
+// Blank lines are skipped. A line longer than MaxLineBytes is an error for
+// that line only: the rest of it is read and dropped without being kept,
+// and the next call goes on with the next line.
 type Reader struct {
 	name string
-	sc   *bufio.Scanner
+	br   *bufio.Reader
 	line int
+	buf  []byte
+	err  error // a read error that ends the file
 }
 
 // NewReader reads JSON Lines from r; name is used in error messages.
 func NewReader(r io.Reader, name string) *Reader {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), MaxLineBytes)
-	return &Reader{name: name, sc: sc}
+	return &Reader{name: name, br: bufio.NewReaderSize(r, 64*1024)}
 }
 
 // Line is the number of the line last read (1-based).
@@ -45,13 +50,53 @@ func (r *Reader) Line() int { return r.line }
 // Name is the file name given to NewReader.
 func (r *Reader) Name() string { return r.name }
 
+// readLine reads the next line without its newline. tooLong is set when
+// the line was longer than MaxLineBytes; its bytes past the limit were
+// discarded as they came. ok is false at the end of the input.
+func (r *Reader) readLine() (line []byte, tooLong, ok bool) {
+	r.buf = r.buf[:0]
+	for {
+		chunk, err := r.br.ReadSlice('\n')
+		if !tooLong {
+			if len(r.buf)+len(chunk) > maxLine+1 { // +1: the newline
+				tooLong = true
+				r.buf = r.buf[:0]
+			} else {
+				r.buf = append(r.buf, chunk...)
+			}
+		}
+		switch {
+		case err == nil:
+			return bytes.TrimSuffix(r.buf, []byte("\n")), tooLong, true
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err == io.EOF:
+			if len(r.buf) == 0 && !tooLong && len(chunk) == 0 {
+				return nil, false, false
+			}
+			return r.buf, tooLong, true
+		default:
+			r.err = err
+			return nil, false, false
+		}
+	}
+}
+
 // Next decodes the next non-blank line into v. It returns io.EOF at the end.
-// A malformed line gives a *LineError; the reader can go on after it.
-// Unknown fields are errors, so that a typo in a key does not pass silently.
+// A malformed or over-long line gives a *LineError; the reader can go on
+// after it. Unknown fields are errors, so that a typo in a key does not pass
+// silently.
 func (r *Reader) Next(v any) error {
-	for r.sc.Scan() {
+	for {
+		line, tooLong, ok := r.readLine()
+		if !ok {
+			break
+		}
 		r.line++
-		b := bytes.TrimSpace(r.sc.Bytes())
+		if tooLong {
+			return &LineError{File: r.name, Line: r.line, Err: fmt.Errorf("line longer than %d bytes", maxLine)}
+		}
+		b := bytes.TrimSpace(line)
 		if len(b) == 0 {
 			continue
 		}
@@ -64,11 +109,8 @@ func (r *Reader) Next(v any) error {
 		}
 		return nil
 	}
-	if err := r.sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return &LineError{File: r.name, Line: r.line + 1, Err: fmt.Errorf("line longer than %d bytes", MaxLineBytes)}
-		}
-		return fmt.Errorf("%s: %w", r.name, err)
+	if r.err != nil {
+		return fmt.Errorf("%s: %w", r.name, r.err)
 	}
 	return io.EOF
 }
@@ -193,9 +235,28 @@ func (a *Appender) Write(v any) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", a.path, err)
 	}
-	b = append(b, '\n')
-	_, err = a.f.Write(b)
-	return err
+	return a.write(append(b, '\n'))
+}
+
+// write appends b in one write(2). A short write (a full disk, a file size
+// limit) is taken back by truncating the file to its size before, so that
+// the file never ends in part of a record and a caller that counts its
+// successful writes counts what the file holds.
+func (a *Appender) write(b []byte) error {
+	st, err := a.f.Stat()
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.path, err)
+	}
+	n, err := a.f.Write(b)
+	if err == nil {
+		return nil
+	}
+	if n > 0 {
+		if terr := a.f.Truncate(st.Size()); terr != nil {
+			return fmt.Errorf("%s: %v; removing the partial record failed too: %v", a.path, err, terr)
+		}
+	}
+	return fmt.Errorf("%s: %w", a.path, err)
 }
 
 // WriteLines appends several records in one write.
@@ -209,8 +270,7 @@ func (a *Appender) WriteLines(vs []any) error {
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
-	_, err := a.f.Write(buf.Bytes())
-	return err
+	return a.write(buf.Bytes())
 }
 
 // Close closes the file.

@@ -4,6 +4,12 @@
 // reader can refuse a file written by an incompatible version.
 package dataset
 
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
 // Schema versions written into each record's `schema` field.
 const (
 	SchemaPrompt  = "confclip.prompt/v1"
@@ -27,6 +33,40 @@ type Prompt struct {
 	Answer   string         `json:"answer"`
 	Verifier string         `json:"verifier,omitempty"`
 	Meta     map[string]any `json:"meta,omitempty"`
+	// BadText, when set, says why the prompt's text cannot be used as read
+	// (its line was not valid UTF-8, which JSON decoding would have turned
+	// into U+FFFD silently); rollout reports such a prompt as bad.
+	BadText string `json:"-"`
+}
+
+// UnmarshalJSON decodes a prompt, noting in BadText a line that is not
+// valid UTF-8.
+func (p *Prompt) UnmarshalJSON(b []byte) error {
+	type plain Prompt // without the method
+	if err := json.Unmarshal(b, (*plain)(p)); err != nil {
+		return err
+	}
+	if bad := InvalidUTF8(b); bad != "" {
+		p.BadText = "the line is " + bad
+	}
+	return nil
+}
+
+// InvalidUTF8 describes the first byte of b that is not part of valid
+// UTF-8, or returns "" when b is valid.
+func InvalidUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return ""
+	}
+	i := 0
+	for i < len(b) {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		i += size
+	}
+	return fmt.Sprintf("not valid UTF-8 (byte %#02x at offset %d)", b[i], i)
 }
 
 // Timing is the wall-clock cost of one completion, in milliseconds.
@@ -111,4 +151,10 @@ type TrainExample struct {
 	OldLogprobs    []float64  `json:"old_logprobs" parquet:"old_logprobs,list"`
 	Reward         float64    `json:"reward" parquet:"reward"`
 	Provenance     Provenance `json:"provenance" parquet:"provenance"`
+	// The text beside the tokens, so that a Python trainer needs no
+	// tokenizer to show or filter rows: the prompt as rendered, the
+	// completion's text and the reference answer.
+	Prompt     string `json:"prompt" parquet:"prompt"`
+	Completion string `json:"completion" parquet:"completion"`
+	Answer     string `json:"answer" parquet:"answer"`
 }

@@ -31,11 +31,19 @@ type ContextParams struct {
 // Context is a model's inference state: the KV cache and the compute
 // buffers. It is used by one goroutine at a time.
 type Context struct {
-	model *Model
-	c     *C.struct_llama_context
-	nctx  int
-	nbat  int
-	nseq  int
+	model   *Model // kept alive as long as the context
+	c       *C.struct_llama_context
+	nctx    int
+	nbat    int
+	nseq    int
+	cleanup runtime.Cleanup
+}
+
+// ctxState is what a context's cleanup frees: the context, then (by
+// holding it until then) its model.
+type ctxState struct {
+	c *C.struct_llama_context
+	m *Model
 }
 
 var kvTypes = map[string]C.enum_ggml_type{
@@ -110,23 +118,29 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 		}
 		*kv.dst = t
 	}
-	takeError()
-	c := C.llama_init_from_model(m.m, cp)
+	var c *C.struct_llama_context
+	msg := call(func() { c = C.llama_init_from_model(m.m, cp) })
 	if c == nil {
-		return nil, fmt.Errorf("llama: %s", withCause("creating the context failed"))
+		return nil, fmt.Errorf("llama: %s", because("creating the context failed", msg))
 	}
 	ctx := &Context{model: m, c: c, nctx: int(C.llama_n_ctx(c)), nbat: int(C.llama_n_batch(c)), nseq: p.NSeqMax}
-	runtime.SetFinalizer(ctx, (*Context).Close)
+	ctx.cleanup = runtime.AddCleanup(ctx, func(s ctxState) { C.llama_free(s.c) }, ctxState{c, m})
 	return ctx, nil
 }
 
-// Close frees the context. It is safe to call twice.
-func (c *Context) Close() {
+// Close frees the context. It is safe to call twice; the methods of a
+// closed context return ErrClosed (or do nothing where they return no
+// error).
+func (c *Context) Close() error {
 	if c.c != nil {
+		c.cleanup.Stop()
 		C.llama_free(c.c)
 		c.c = nil
 	}
+	return nil
 }
+
+func (c *Context) closed() bool { return c == nil || c.c == nil || c.model.closed() }
 
 // Model is the context's model.
 func (c *Context) Model() *Model { return c.model }
@@ -142,6 +156,9 @@ func (c *Context) NSeqMax() int { return c.nseq }
 
 // SetThreads changes the thread count.
 func (c *Context) SetThreads(n int) {
+	if c.closed() {
+		return
+	}
 	if n <= 0 {
 		n = DefaultThreads()
 	}
@@ -155,6 +172,12 @@ var ErrNoKVSlot = errors.New("llama: the KV cache is full (context too small for
 // Decode runs the model on a batch. The batch is checked first (token ids,
 // sequence ids, positions), since llama.cpp aborts on some invalid input.
 func (c *Context) Decode(b *Batch) error {
+	if b.err != nil {
+		return b.err
+	}
+	if c.closed() || b.closed() {
+		return ErrClosed
+	}
 	if b.n == 0 {
 		return errors.New("llama: Decode of an empty batch")
 	}
@@ -179,8 +202,9 @@ func (c *Context) Decode(b *Batch) error {
 			}
 		}
 	}
-	takeError()
-	switch rc := C.llama_decode(c.c, b.b); {
+	var rc C.int32_t
+	msg := call(func() { rc = C.llama_decode(c.c, b.b) })
+	switch {
 	case rc == 0:
 		return nil
 	case rc == 1:
@@ -188,7 +212,7 @@ func (c *Context) Decode(b *Batch) error {
 	case rc == 2:
 		return errors.New("llama: decode aborted")
 	default:
-		return fmt.Errorf("llama: %s", withCause(fmt.Sprintf("decode failed (%d)", int(rc))))
+		return fmt.Errorf("llama: %s", because(fmt.Sprintf("decode failed (%d)", int(rc)), msg))
 	}
 }
 
@@ -196,10 +220,13 @@ func (c *Context) Decode(b *Batch) error {
 // index must have been added with logits=true). The slice points into
 // llama.cpp's buffer without copying: it is valid until the next Decode.
 func (c *Context) Logits(i int) ([]float32, error) {
-	takeError()
-	p := C.llama_get_logits_ith(c.c, C.int32_t(i))
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	var p *C.float
+	msg := call(func() { p = C.llama_get_logits_ith(c.c, C.int32_t(i)) })
 	if p == nil {
-		return nil, fmt.Errorf("llama: %s", withCause(fmt.Sprintf("no logits for batch index %d", i)))
+		return nil, fmt.Errorf("llama: %s", because(fmt.Sprintf("no logits for batch index %d", i), msg))
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(p)), c.model.nv), nil
 }
@@ -207,37 +234,57 @@ func (c *Context) Logits(i int) ([]float32, error) {
 // SeqRemove removes sequence seq's cells at positions [p0, p1) (p1 < 0: to
 // the end; seq < 0: every sequence).
 func (c *Context) SeqRemove(seq, p0, p1 int) bool {
+	if c.closed() {
+		return false
+	}
 	return bool(C.llama_memory_seq_rm(C.llama_get_memory(c.c), C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1)))
 }
 
 // SeqCopy makes dst share src's cells at positions [p0, p1) (no data copy in
 // a unified cache).
 func (c *Context) SeqCopy(src, dst, p0, p1 int) {
+	if c.closed() {
+		return
+	}
 	C.llama_memory_seq_cp(C.llama_get_memory(c.c), C.llama_seq_id(src), C.llama_seq_id(dst), C.llama_pos(p0), C.llama_pos(p1))
 }
 
 // SeqKeep removes every sequence but seq.
 func (c *Context) SeqKeep(seq int) {
+	if c.closed() {
+		return
+	}
 	C.llama_memory_seq_keep(C.llama_get_memory(c.c), C.llama_seq_id(seq))
 }
 
 // SeqPosMax is the largest position held for seq (-1 when empty).
 func (c *Context) SeqPosMax(seq int) int {
+	if c.closed() {
+		return -1
+	}
 	return int(C.llama_memory_seq_pos_max(C.llama_get_memory(c.c), C.llama_seq_id(seq)))
 }
 
 // ClearKV empties the KV cache.
-func (c *Context) ClearKV() { C.llama_memory_clear(C.llama_get_memory(c.c), true) }
+func (c *Context) ClearKV() {
+	if !c.closed() {
+		C.llama_memory_clear(C.llama_get_memory(c.c), true)
+	}
+}
 
 // Batch is a set of tokens to decode, possibly for several sequences.
 type Batch struct {
-	b      C.struct_llama_batch
-	n, cap int
-	maxSeq int
+	b       C.struct_llama_batch
+	n, cap  int
+	maxSeq  int
+	err     error // allocation failure
+	cleanup runtime.Cleanup
 }
 
 // NewBatch allocates a batch for up to capacity tokens, each belonging to at
-// most maxSeqs sequences.
+// most maxSeqs sequences. llama_batch_init does not check its mallocs, so
+// NewBatch does: a batch that could not be allocated has Err set, holds no
+// C memory, and its Add and every Decode of it return that error.
 func NewBatch(capacity, maxSeqs int) *Batch {
 	if capacity < 1 {
 		capacity = 1
@@ -245,18 +292,39 @@ func NewBatch(capacity, maxSeqs int) *Batch {
 	if maxSeqs < 1 {
 		maxSeqs = 1
 	}
-	b := &Batch{b: C.llama_batch_init(C.int32_t(capacity), 0, C.int32_t(maxSeqs)), cap: capacity, maxSeq: maxSeqs}
-	runtime.SetFinalizer(b, (*Batch).Free)
+	cb := C.llama_batch_init(C.int32_t(capacity), 0, C.int32_t(maxSeqs))
+	ok := cb.token != nil && cb.pos != nil && cb.n_seq_id != nil && cb.seq_id != nil && cb.logits != nil
+	if ok {
+		for _, p := range unsafe.Slice(cb.seq_id, capacity) {
+			ok = ok && p != nil
+		}
+	}
+	if !ok {
+		C.llama_batch_free(cb)
+		return &Batch{err: fmt.Errorf("llama: out of memory for a batch of %d tokens", capacity)}
+	}
+	b := &Batch{b: cb, cap: capacity, maxSeq: maxSeqs}
+	b.cleanup = runtime.AddCleanup(b, func(cb C.struct_llama_batch) { C.llama_batch_free(cb) }, cb)
 	return b
 }
 
-// Free releases the batch. It is safe to call twice.
-func (b *Batch) Free() {
+// Err is the allocation error of a batch NewBatch could not allocate.
+func (b *Batch) Err() error { return b.err }
+
+// Close releases the batch. It is safe to call twice.
+func (b *Batch) Close() error {
 	if b.cap > 0 {
+		b.cleanup.Stop()
 		C.llama_batch_free(b.b)
-		b.cap = 0
+		b.cap, b.n = 0, 0
 	}
+	return nil
 }
+
+// Free is Close.
+func (b *Batch) Free() { b.Close() }
+
+func (b *Batch) closed() bool { return b == nil || b.cap == 0 }
 
 // Len is the number of tokens in the batch.
 func (b *Batch) Len() int { return b.n }
@@ -270,6 +338,12 @@ func (b *Batch) Clear() { b.n = 0; b.b.n_tokens = 0 }
 // Add appends a token at position pos for the given sequences; logits asks for
 // its logits row. It returns the token's batch index.
 func (b *Batch) Add(t Token, pos int, seqs []int, logits bool) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.closed() {
+		return 0, ErrClosed
+	}
 	if b.n >= b.cap {
 		return 0, fmt.Errorf("llama: batch full (%d tokens)", b.cap)
 	}
@@ -295,16 +369,28 @@ func (b *Batch) Add(t Token, pos int, seqs []int, logits bool) (int, error) {
 	return i, nil
 }
 
-// Adapter is a loaded LoRA adapter.
+// Adapter is a loaded LoRA adapter. It keeps its model alive.
 type Adapter struct {
+	model   *Model
 	path    string
 	a       *C.struct_llama_adapter_lora
 	alpha   float64
 	tensors []string // as in the file, read when loading
+	cleanup runtime.Cleanup
+}
+
+// adapterState is what an adapter's cleanup frees: the adapter, then (by
+// holding it until then) its model.
+type adapterState struct {
+	a *C.struct_llama_adapter_lora
+	m *Model
 }
 
 // LoadAdapter loads a LoRA adapter in llama.cpp's GGUF format for the model.
 func LoadAdapter(m *Model, path string) (*Adapter, error) {
+	if m.closed() {
+		return nil, ErrClosed
+	}
 	g, err := OpenGGUF(path)
 	if err != nil {
 		return nil, err
@@ -324,14 +410,19 @@ func LoadAdapter(m *Model, path string) (*Adapter, error) {
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	takeError()
-	a := C.llama_adapter_lora_init(m.m, cpath)
+	var a *C.struct_llama_adapter_lora
+	msg := call(func() { a = C.llama_adapter_lora_init(m.m, cpath) })
 	if a == nil {
-		return nil, fileErr(path, "%s", withCause("llama.cpp could not load the adapter"))
+		return nil, fileErr(path, "%s", because("llama.cpp could not load the adapter", msg))
 	}
 	al, _ := alpha.(float64)
-	return &Adapter{path: path, a: a, alpha: al, tensors: names}, nil
+	ad := &Adapter{model: m, path: path, a: a, alpha: al, tensors: names}
+	ad.cleanup = runtime.AddCleanup(ad, func(s adapterState) { C.llama_adapter_lora_free(s.a) }, adapterState{a, m})
+	return ad, nil
 }
+
+// Model is the model the adapter was loaded for.
+func (a *Adapter) Model() *Model { return a.model }
 
 // Path is the file the adapter was loaded from.
 func (a *Adapter) Path() string { return a.path }
@@ -342,24 +433,45 @@ func (a *Adapter) Alpha() float64 { return a.alpha }
 // TensorNames lists the adapter's tensors as its file had them.
 func (a *Adapter) TensorNames() []string { return a.tensors }
 
-// Close frees the adapter (llama.cpp also frees it with its model).
-func (a *Adapter) Close() {
+// Close frees the adapter. It is safe to call twice. Remove it from the
+// contexts that use it first.
+func (a *Adapter) Close() error {
 	if a.a != nil {
+		a.cleanup.Stop()
 		C.llama_adapter_lora_free(a.a)
 		a.a = nil
 	}
+	return nil
 }
+
+func (a *Adapter) closed() bool { return a == nil || a.a == nil || a.model.closed() }
 
 // SetAdapter applies an adapter with a scale (1 = as trained).
 func (c *Context) SetAdapter(a *Adapter, scale float32) error {
-	if C.llama_set_adapter_lora(c.c, a.a, C.float(scale)) != 0 {
-		return fmt.Errorf("llama: applying adapter %s failed", a.path)
+	if c.closed() || a.closed() {
+		return ErrClosed
+	}
+	if a.model != c.model {
+		return fmt.Errorf("llama: adapter %s was loaded for %s, the context's model is %s", a.path, a.model.path, c.model.path)
+	}
+	var rc C.int32_t
+	msg := call(func() { rc = C.llama_set_adapter_lora(c.c, a.a, C.float(scale)) })
+	if rc != 0 {
+		return fmt.Errorf("llama: %s", because("applying adapter "+a.path+" failed", msg))
 	}
 	return nil
 }
 
 // RemoveAdapter removes one adapter from the context.
-func (c *Context) RemoveAdapter(a *Adapter) { C.llama_rm_adapter_lora(c.c, a.a) }
+func (c *Context) RemoveAdapter(a *Adapter) {
+	if !c.closed() && a != nil && a.a != nil {
+		C.llama_rm_adapter_lora(c.c, a.a)
+	}
+}
 
 // ClearAdapters removes every adapter from the context.
-func (c *Context) ClearAdapters() { C.llama_clear_adapter_lora(c.c) }
+func (c *Context) ClearAdapters() {
+	if !c.closed() {
+		C.llama_clear_adapter_lora(c.c)
+	}
+}

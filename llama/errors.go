@@ -1,25 +1,67 @@
 package llama
 
+/*
+#include <unistd.h>
+#include <sys/syscall.h>
+long syscall(long number, ...); // hidden by -std=c11
+
+static long confclip_tid(void) { return (long)syscall(SYS_gettid); }
+*/
+import "C"
+
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 )
 
-// lastError keeps the most recent ERROR line llama.cpp logged, so that a
-// failed call can say why in its Go error.
-var lastError struct {
-	sync.Mutex
-	msg string
+// llama.cpp says why a call failed in its log, not in its return value. To
+// give each failing call its own reason, call runs the C function with the
+// goroutine locked to its OS thread and keeps the ERROR lines that llama.cpp
+// logs from that thread meanwhile; concurrent calls on other threads keep
+// theirs. (Messages logged from ggml's worker threads are not attributed.)
+
+// captures maps an OS thread id to the capture of the call running on it.
+var captures sync.Map // int64 -> *capture
+
+type capture struct{ msg string }
+
+// call runs f, a call into llama.cpp, and returns the last error line
+// llama.cpp logged on this thread while it ran ("" when none).
+func call(f func()) string {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := int64(C.confclip_tid())
+	c := &capture{}
+	captures.Store(tid, c)
+	defer captures.Delete(tid)
+	f()
+	return c.msg
 }
 
-func recordError(msg string) {
+// recordError keeps an ERROR line for the call running on thread tid, and as
+// the process-wide last error for the callers not yet using call.
+func recordError(tid int64, msg string) {
+	if c, ok := captures.Load(tid); ok {
+		c.(*capture).msg = msg
+	}
 	lastError.Lock()
 	lastError.msg = msg
 	lastError.Unlock()
 }
 
-// takeError returns and clears the last logged llama.cpp error.
+// lastError is the most recent ERROR line from any thread. Deprecated: it is
+// what takeError and withCause read, for code that does not use call yet;
+// concurrent calls overwrite it.
+var lastError struct {
+	sync.Mutex
+	msg string
+}
+
+// takeError returns and clears the last logged llama.cpp error (see
+// lastError; new code uses call).
 func takeError() string {
 	lastError.Lock()
 	defer lastError.Unlock()
@@ -28,23 +70,42 @@ func takeError() string {
 	return m
 }
 
-// FileError is a problem with a model, adapter or GGUF file.
+// withCause appends the process-wide last error (see lastError; new code
+// uses call and because).
+func withCause(reason string) string { return because(reason, takeError()) }
+
+// because appends llama.cpp's own message, when it logged one.
+func because(reason, msg string) string {
+	if msg == "" {
+		return reason
+	}
+	return reason + ": " + strings.TrimPrefix(msg, "llama.cpp: ")
+}
+
+// FileError is a problem with a model, adapter or GGUF file. Err, when set,
+// is the underlying error (errors.Is(err, fs.ErrNotExist) sees through).
 type FileError struct {
 	Path   string
 	Reason string
+	Err    error
 }
 
 func (e *FileError) Error() string { return fmt.Sprintf("%s: %s", e.Path, e.Reason) }
 
+// Unwrap returns the underlying error.
+func (e *FileError) Unwrap() error { return e.Err }
+
+// fileErr makes a FileError; an error among args becomes its Err.
 func fileErr(path, format string, args ...any) error {
-	return &FileError{Path: path, Reason: fmt.Sprintf(format, args...)}
+	fe := &FileError{Path: path, Reason: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			fe.Err = err
+		}
+	}
+	return fe
 }
 
-// withCause appends llama.cpp's own last error message, when it logged one.
-func withCause(reason string) string {
-	if m := takeError(); m != "" {
-		m = strings.TrimPrefix(m, "llama.cpp: ")
-		return reason + ": " + m
-	}
-	return reason
-}
+// ErrClosed is returned by methods of a handle (Model, Context, Batch,
+// Adapter) after its Close.
+var ErrClosed = errors.New("llama: use of a closed handle")

@@ -39,7 +39,7 @@ func checkFile(path string) (int64, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return 0, fileErr(path, "no such file")
+			return 0, &FileError{Path: path, Reason: "no such file", Err: err}
 		}
 		return 0, fileErr(path, "%v", err)
 	}
@@ -67,6 +67,11 @@ func OpenGGUF(path string) (*GGUF, error) {
 	Init()
 	size, err := checkFile(path)
 	if err != nil {
+		return nil, err
+	}
+	// ggml's reader trusts the file's lengths and asserts on some bad
+	// values: the Go pre-check sees every file first.
+	if err := PrecheckGGUF(path); err != nil {
 		return nil, err
 	}
 	cpath := C.CString(path)

@@ -18,11 +18,16 @@ package llama
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
-extern void confclipLog(int level, char *text);
+#include <unistd.h>
+#include <sys/syscall.h>
+long syscall(long number, ...); // hidden by -std=c11
 
+extern void confclipLog(int level, char *text, long tid);
+
+// The thread id lets a failing call find its own error message (errors.go).
 static void confclip_log_cb(enum ggml_log_level level, const char *text, void *ud) {
 	(void)ud;
-	confclipLog((int)level, (char *)text);
+	confclipLog((int)level, (char *)text, (long)syscall(SYS_gettid));
 }
 
 // A fixed mmap threshold keeps glibc from raising it after the first large
@@ -69,20 +74,28 @@ func Init() {
 }
 
 var logMu sync.Mutex
-var logLine strings.Builder
+
+// logLines holds, per thread, a line llama.cpp is sending in pieces.
+var logLines = map[int64]*strings.Builder{}
 
 //export confclipLog
-func confclipLog(level C.int, text *C.char) {
+func confclipLog(level C.int, text *C.char, ctid C.long) {
 	s := C.GoString(text)
+	tid := int64(ctid)
 	logMu.Lock()
 	defer logMu.Unlock()
 	// llama.cpp sends a line in pieces (GGML_LOG_LEVEL_CONT); join them.
-	logLine.WriteString(s)
+	b := logLines[tid]
+	if b == nil {
+		b = &strings.Builder{}
+		logLines[tid] = b
+	}
+	b.WriteString(s)
 	if !strings.HasSuffix(s, "\n") {
 		return
 	}
-	msg := strings.TrimRight(logLine.String(), "\n")
-	logLine.Reset()
+	msg := strings.TrimRight(b.String(), "\n")
+	delete(logLines, tid)
 	if msg == "" {
 		return
 	}
@@ -90,7 +103,7 @@ func confclipLog(level C.int, text *C.char) {
 	switch level {
 	case C.GGML_LOG_LEVEL_ERROR:
 		// Kept for the Go error of the failing call, which says it to the user.
-		recordError(msg)
+		recordError(tid, msg)
 		lvl = slog.LevelDebug + 2
 	case C.GGML_LOG_LEVEL_WARN:
 		lvl = slog.LevelDebug + 1

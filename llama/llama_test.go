@@ -20,7 +20,7 @@ func loadTiny(t testing.TB) *llama.Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	t.Cleanup(func() { m.Close() })
 	return m
 }
 
@@ -30,7 +30,7 @@ func newCtx(t testing.TB, m *llama.Model, p llama.ContextParams) *llama.Context 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 

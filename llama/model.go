@@ -3,10 +3,12 @@ package llama
 /*
 #include <stdlib.h>
 #include "llama.h"
+#include "ggml-backend.h"
 */
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -19,6 +21,9 @@ type ModelParams struct {
 	GPULayers int  // layers to offload to the GPU; -1 = all, 0 = none
 	NoMmap    bool // read the file instead of mapping it
 	VocabOnly bool // load only the tokenizer (vocab-only GGUF files)
+	// Device names the one ggml backend device to offload to ("CUDA0",
+	// "Metal"; Backends lists them); "" lets llama.cpp use every device.
+	Device string
 }
 
 // Model is a loaded GGUF model. It is read-only after loading and may be
@@ -31,6 +36,7 @@ type Model struct {
 	// vocabOnly models have no hyperparameters; llama.cpp aborts when asked
 	// for them, so Info leaves them zero.
 	vocabOnly bool
+	cleanup   runtime.Cleanup
 }
 
 // Token is a vocabulary id.
@@ -64,32 +70,60 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	}
 	mp.use_mmap = C.bool(!p.NoMmap)
 	mp.vocab_only = C.bool(p.VocabOnly)
+	if p.Device != "" {
+		Init()
+		cdev := C.CString(p.Device)
+		dev := C.ggml_backend_dev_by_name(cdev)
+		C.free(unsafe.Pointer(cdev))
+		if dev == nil {
+			return nil, fmt.Errorf("device %q: not one of this build's devices (%s)", p.Device, strings.Join(Backends(), ", "))
+		}
+		// llama.cpp reads the NULL-terminated list during the load only.
+		devs := (*[2]C.ggml_backend_dev_t)(C.malloc(C.size_t(2 * unsafe.Sizeof(dev))))
+		if devs == nil {
+			return nil, errors.New("out of memory")
+		}
+		defer C.free(unsafe.Pointer(devs))
+		devs[0], devs[1] = dev, nil
+		mp.devices = &devs[0]
+	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	takeError()
-	m := C.llama_model_load_from_file(cpath, mp)
+	var m *C.struct_llama_model
+	msg := call(func() { m = C.llama_model_load_from_file(cpath, mp) })
 	if m == nil {
-		return nil, fileErr(path, "%s", withCause("llama.cpp could not load the model (architecture "+arch+")"))
+		return nil, fileErr(path, "%s", because("llama.cpp could not load the model (architecture "+arch+")", msg))
 	}
 	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly}
 	model.nv = int(C.llama_vocab_n_tokens(model.vocab))
-	runtime.SetFinalizer(model, (*Model).Close)
+	model.cleanup = runtime.AddCleanup(model, func(m *C.struct_llama_model) { C.llama_model_free(m) }, m)
 	return model, nil
 }
 
-// Close frees the model. It is safe to call twice.
-func (m *Model) Close() {
+// Close frees the model. It is safe to call twice; the methods of a closed
+// model return ErrClosed (or zero values where they return no error).
+// Contexts and adapters keep their model alive, so a model dropped without
+// Close is freed after them.
+func (m *Model) Close() error {
 	if m.m != nil {
+		m.cleanup.Stop()
 		C.llama_model_free(m.m)
-		m.m = nil
+		m.m, m.vocab = nil, nil
 	}
+	return nil
 }
+
+// closed reports whether the model was closed.
+func (m *Model) closed() bool { return m == nil || m.m == nil }
 
 // Path is the file the model was loaded from.
 func (m *Model) Path() string { return m.path }
 
 // Meta returns a metadata value as a string ("" when absent).
 func (m *Model) Meta(key string) string {
+	if m.closed() {
+		return ""
+	}
 	ck := C.CString(key)
 	defer C.free(unsafe.Pointer(ck))
 	var buf [1024]C.char
@@ -142,6 +176,9 @@ var fileTypes = map[int]string{
 
 // Info returns the model's metadata.
 func (m *Model) Info() Info {
+	if m.closed() {
+		return Info{}
+	}
 	var desc [256]C.char
 	C.llama_model_desc(m.m, &desc[0], C.size_t(len(desc)))
 	ft := "unknown"
@@ -191,10 +228,15 @@ func (m *Model) VocabOnly() bool { return m.vocabOnly }
 func (m *Model) Architecture() string { return m.Meta("general.architecture") }
 
 // IsEOG reports whether t ends generation (EOS, EOT and the like).
-func (m *Model) IsEOG(t Token) bool { return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(t))) }
+func (m *Model) IsEOG(t Token) bool {
+	return !m.closed() && bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(t)))
+}
 
 // ChatTemplate is the model's own chat template ("" when it has none).
 func (m *Model) ChatTemplate() string {
+	if m.closed() {
+		return ""
+	}
 	p := C.llama_model_chat_template(m.m, nil)
 	if p == nil {
 		return ""
@@ -209,6 +251,9 @@ var ErrInvalidUTF8 = fmt.Errorf("text is not valid UTF-8")
 // model asks; parseSpecial lets special tokens such as <|im_start|> in the
 // text become their ids.
 func (m *Model) Tokenize(text string, addSpecial, parseSpecial bool) ([]Token, error) {
+	if m.closed() {
+		return nil, ErrClosed
+	}
 	if !utf8.ValidString(text) {
 		return nil, ErrInvalidUTF8
 	}
@@ -239,6 +284,9 @@ func (m *Model) Tokenize(text string, addSpecial, parseSpecial bool) ([]Token, e
 // UTF-8 character (byte tokens), so it is returned as bytes. special renders
 // special tokens (such as </s>) as text instead of nothing.
 func (m *Model) TokenPiece(t Token, special bool) ([]byte, error) {
+	if m.closed() {
+		return nil, ErrClosed
+	}
 	if t < 0 || int(t) >= m.nv {
 		return nil, fmt.Errorf("token %d outside the vocabulary (size %d)", t, m.nv)
 	}
@@ -254,6 +302,9 @@ func (m *Model) TokenPiece(t Token, special bool) ([]byte, error) {
 
 // Detokenize turns token ids back into text.
 func (m *Model) Detokenize(toks []Token, removeSpecial, unparseSpecial bool) (string, error) {
+	if m.closed() {
+		return "", ErrClosed
+	}
 	for _, t := range toks {
 		if t < 0 || int(t) >= m.nv {
 			return "", fmt.Errorf("token %d outside the vocabulary (size %d)", t, m.nv)
@@ -284,6 +335,9 @@ type Message struct {
 // template's text or a built-in name ("chatml", "llama3", ...); "" means the
 // model's own. addAssistant ends the text with the assistant's turn opener.
 func (m *Model) ApplyChatTemplate(tmpl string, msgs []Message, addAssistant bool) (string, error) {
+	if m.closed() {
+		return "", ErrClosed
+	}
 	if tmpl == "" {
 		tmpl = m.ChatTemplate()
 		if tmpl == "" {
@@ -300,28 +354,35 @@ func ApplyChatTemplate(tmpl string, msgs []Message, addAssistant bool) (string, 
 	if len(msgs) == 0 {
 		return "", fmt.Errorf("no messages to render")
 	}
+	// Every check before the first C allocation: nothing to free on an
+	// early return.
+	size := 0
+	for i, msg := range msgs {
+		if !utf8.ValidString(msg.Content) || !utf8.ValidString(msg.Role) {
+			return "", fmt.Errorf("message %d: %w", i+1, ErrInvalidUTF8)
+		}
+		size += len(msg.Role) + len(msg.Content)
+	}
 	ctmpl := C.CString(tmpl)
 	defer C.free(unsafe.Pointer(ctmpl))
 	cm := make([]C.struct_llama_chat_message, len(msgs))
-	size := 0
-	for i, msg := range msgs {
-		if !utf8.ValidString(msg.Content) {
-			return "", fmt.Errorf("message %d: %w", i+1, ErrInvalidUTF8)
-		}
-		cm[i].role = C.CString(msg.Role)
-		cm[i].content = C.CString(msg.Content)
-		size += len(msg.Role) + len(msg.Content)
-	}
-	// The C array of messages must live in C memory (it holds C pointers).
-	arr := (*C.struct_llama_chat_message)(C.malloc(C.size_t(len(cm)) * C.size_t(unsafe.Sizeof(cm[0]))))
-	copy(unsafe.Slice(arr, len(cm)), cm)
 	defer func() {
 		for _, c := range cm {
 			C.free(unsafe.Pointer(c.role))
 			C.free(unsafe.Pointer(c.content))
 		}
-		C.free(unsafe.Pointer(arr))
 	}()
+	for i, msg := range msgs {
+		cm[i].role = C.CString(msg.Role)
+		cm[i].content = C.CString(msg.Content)
+	}
+	// The C array of messages must live in C memory (it holds C pointers).
+	arr := (*C.struct_llama_chat_message)(C.malloc(C.size_t(len(cm)) * C.size_t(unsafe.Sizeof(cm[0]))))
+	if arr == nil {
+		return "", errors.New("llama: out of memory")
+	}
+	defer C.free(unsafe.Pointer(arr))
+	copy(unsafe.Slice(arr, len(cm)), cm)
 	n := 2*size + 256
 	for {
 		buf := make([]byte, n)

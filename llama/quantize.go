@@ -56,9 +56,10 @@ func Quantize(in, out, typ string, threads int) error {
 	cin, cout := C.CString(in), C.CString(tmp.Name())
 	defer C.free(unsafe.Pointer(cin))
 	defer C.free(unsafe.Pointer(cout))
-	takeError()
-	if rc := C.llama_model_quantize(cin, cout, &p); rc != 0 {
-		return fileErr(in, "%s", withCause(fmt.Sprintf("quantizing to %s failed", typ)))
+	var rc C.uint32_t
+	msg := call(func() { rc = C.llama_model_quantize(cin, cout, &p) })
+	if rc != 0 {
+		return fileErr(in, "%s", because(fmt.Sprintf("quantizing to %s failed", typ), msg))
 	}
 	return os.Rename(tmp.Name(), out)
 }

@@ -34,12 +34,21 @@ type ModelConfig struct {
 	GPULayers int    `toml:"gpu_layers"` // layers to offload (0 = CPU only, -1 = all)
 	Threads   int    `toml:"threads"`    // 0 = number of cores
 	Ctx       int    `toml:"ctx"`        // context size in tokens
+	// Device is the ggml backend device to run on ("CUDA0", "Metal", "CPU";
+	// `confclip version` lists them); "" = llama.cpp's choice.
+	Device string `toml:"device"`
+	// ChatTemplate is a chat template's text or a built-in name ("chatml",
+	// "llama3", ...) for models without one; "" = the model's own.
+	ChatTemplate string `toml:"chat_template"`
 }
 
 // DataConfig names the prompt files.
 type DataConfig struct {
-	Train string `toml:"train"` // prompts for training (JSONL)
-	Eval  string `toml:"eval"`  // held-out prompts (JSONL)
+	Train string `toml:"train"` // prompts for training (JSONL or Parquet, any shape dataset.ReadPrompts knows)
+	Eval  string `toml:"eval"`  // held-out prompts (JSONL or Parquet)
+	// Map names the prompt fields of a file of another shape, as --map
+	// does: "prompt=question,answer=solution:boxed" (dataset.ParseFieldMap).
+	Map string `toml:"map"`
 }
 
 // RolloutConfig is the sampling setup.
@@ -98,6 +107,7 @@ type RewardConfig struct {
 // AdvantageConfig is the advantage estimator (METHOD.md "Advantages").
 type AdvantageConfig struct {
 	Estimator     string `toml:"estimator"`      // grpo, dr_grpo, rloo, none
+	Scale         string `toml:"scale"`          // grpo's divisor: group, batch, none
 	SkipZeroStd   bool   `toml:"skip_zero_std"`  // drop zero-std groups from the export
 	MaskTruncated bool   `toml:"mask_truncated"` // A = 0 for length-stopped completions
 }
@@ -113,8 +123,14 @@ type TrainConfig struct {
 	Eps         float64  `toml:"eps"`
 	WeightDecay float64  `toml:"weight_decay"`
 	GradClip    float64  `toml:"grad_clip"`
-	LossAgg     string   `toml:"loss_agg"`    // token_mean, seq_mean_token_mean, seq_mean_token_sum_norm
-	MicroBatch  int      `toml:"micro_batch"` // tokens evaluated in one forward-backward pass (memory bound)
+	LossAgg     string   `toml:"loss_agg"`     // token_mean, seq_mean_token_mean, seq_mean_token_sum_norm (or grpo, bnpo, dr_grpo, dapo)
+	Iterations  int      `toml:"iterations"`   // updates per batch (mu)
+	Epsilon     float64  `toml:"epsilon"`      // ratio clip below: 1 - epsilon
+	EpsilonHigh float64  `toml:"epsilon_high"` // ratio clip above: 1 + epsilon_high (0 = epsilon)
+	Beta        float64  `toml:"beta"`         // weight of the k3 KL to the model without the adapter
+	Schedule    string   `toml:"schedule"`     // constant, linear, cosine
+	WarmupSteps int      `toml:"warmup_steps"` // updates of linear warm-up
+	MicroBatch  int      `toml:"micro_batch"`  // tokens evaluated in one forward-backward pass (memory bound)
 	Seed        uint64   `toml:"seed"`
 }
 
@@ -141,9 +157,9 @@ func DefaultConfig() Config {
 		Verifier:   VerifierConfig{Name: "math", TimeoutMS: 2000, MaxBytes: 64 << 10, RelTol: 1e-6, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10},
 		Confidence: ConfidenceConfig{Estimator: "geo_mean", Scope: "completion"},
 		Reward:     RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
-		Advantage:  AdvantageConfig{Estimator: "grpo"},
+		Advantage:  AdvantageConfig{Estimator: "grpo", Scale: "group"},
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
-			GradClip: 1, LossAgg: "token_mean", MicroBatch: 512,
+			GradClip: 1, LossAgg: "token_mean", MicroBatch: 512, Iterations: 1, Epsilon: 0.2, Schedule: "constant",
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
 		Run:        RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
 		Experiment: ExperimentConfig{Arms: []string{"binary_grpo", "confclip_grpo", "confclip_dr_grpo"}, Seeds: []uint64{1, 2, 3}},
@@ -164,7 +180,7 @@ func LoadConfig(path string) (Config, error) {
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))
 		for i, k := range und {
-			keys[i] = k.String()
+			keys[i] = k.String() + didYouMean(k.String(), configKeyNames())
 		}
 		sort.Strings(keys)
 		return cfg, fmt.Errorf("%s: unknown key %s", path, strings.Join(keys, ", "))

@@ -2,11 +2,15 @@ package pipeline
 
 import (
 	"context"
+	"encoding/xml"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
@@ -16,10 +20,15 @@ import (
 // engine's options.
 func EngineOptions(cfg Config) rollout.Options {
 	r := cfg.Rollout
+	s := sampler.Params{Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, MinP: r.MinP}
+	if r.TopP == 0 {
+		// As in llama.cpp: top_p 0 keeps only the most likely token.
+		s.TopP, s.TopK = 1, 1
+	}
 	return rollout.Options{
 		Group: r.Group, MaxTokens: r.MaxTokens, Seed: r.Seed, Parallel: r.Parallel, Stop: r.Stop, Chat: r.Chat,
-		Sampling: sampler.Params{Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, MinP: r.MinP},
-		SeqCtx:   cfg.Model.Ctx, Threads: cfg.Model.Threads,
+		ChatTemplate: cfg.Model.ChatTemplate, Sampling: s,
+		SeqCtx: cfg.Model.Ctx, Threads: cfg.Model.Threads,
 	}
 }
 
@@ -34,87 +43,240 @@ func GreedyOptions(cfg Config) rollout.Options {
 	return o
 }
 
-// EvalResult is what an evaluation measured.
-type EvalResult struct {
-	Prompts int `json:"prompts"`
-	// Accuracy is the greedy accuracy (one completion per prompt,
-	// temperature 0).
-	Accuracy   float64 `json:"accuracy"`
-	MeanTokens float64 `json:"mean_tokens"`
-	// Samples, SampledAccuracy and PassAtK describe K sampled completions
-	// per prompt (with the rollout settings), when asked for.
-	Samples         int     `json:"samples,omitempty"`
-	SampledAccuracy float64 `json:"sampled_accuracy,omitempty"`
-	PassAtK         float64 `json:"pass_at_k,omitempty"`
-	// Calibration of the model's confidence (geo_mean over the completion
-	// unless configured otherwise) against correctness, greedy completions.
-	ECE     float64 `json:"ece"`
-	Brier   float64 `json:"brier"`
-	AUROC   float64 `json:"auroc"`
-	Errors  int     `json:"errors"` // prompts that could not be generated (too long, empty)
-	Seconds float64 `json:"seconds"`
+// EvalOptions say what Evaluate measures.
+type EvalOptions struct {
+	Config Config // [rollout] max_tokens, stop, chat, temperature...; [verifier]; [confidence]
+	Data   string // prompts with reference answers (JSONL)
+	// Samples K > 1 also samples K completions per prompt (with the rollout
+	// settings) for pass@K.
+	Samples int
+	// Dir receives the generated and scored records; "" uses a temporary
+	// folder, removed afterwards.
+	Dir string
+	// Shard, when set, evaluates only the prompts of one shard (shard.go);
+	// MergeEval joins the shards' results.
+	Shard Shard
 }
 
-// Evaluate generates completions for the prompts with the engine (greedy
-// for Accuracy) and, when sampled is not nil, K sampled completions each for
-// pass@K; it verifies them with the config's verifier. Records and scores
-// are written under dir.
-func Evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, prompts []dataset.Prompt, dir string) (EvalResult, error) {
+// EvalCase is one prompt's outcome (one JUnit test case).
+type EvalCase struct {
+	ID        string `json:"id"`
+	Line      int    `json:"line"` // in the prompt file
+	Answer    string `json:"answer"`
+	Correct   bool   `json:"correct"`
+	Extracted string `json:"extracted"`
+	Text      string `json:"text"`   // the greedy completion
+	Tokens    int    `json:"tokens"` // its length
+	Reason    string `json:"reason"` // the verifier's reason
+	// Error says why the prompt could not be generated; such a prompt
+	// counts as wrong.
+	Error string `json:"error"`
+	// Confidence is the greedy completion's; SampledCorrect counts the
+	// right ones of the K samples. With them MergeEval recomputes the
+	// calibration, sampled accuracy and pass@K of shards exactly.
+	Confidence     float64 `json:"confidence"`
+	SampledCorrect int     `json:"sampled_correct"`
+}
+
+// EvalResult is what an evaluation measured. Every field is always present
+// in its JSON; a metric that is undefined (calibration of a set whose
+// completions are all right or all wrong, pass@K without --samples) is null.
+type EvalResult struct {
+	Data string `json:"data"`
+	// Shard is "K/N" for one shard's result (EvalOptions.Shard).
+	Shard   string `json:"shard,omitempty"`
+	Prompts int    `json:"prompts"`
+	Correct int    `json:"correct"`
+	// Accuracy is Correct / Prompts with greedy completions (one per prompt,
+	// temperature 0); a prompt that could not be generated counts as wrong.
+	Accuracy   float64 `json:"accuracy"`
+	Failed     int     `json:"failed"`      // prompts that could not be generated
+	MeanTokens float64 `json:"mean_tokens"` // over the greedy completions (0 when none)
+	// Samples (K), SampledAccuracy and PassAtK describe K sampled
+	// completions per prompt, when asked for.
+	Samples         int      `json:"samples"`
+	SampledAccuracy *float64 `json:"sampled_accuracy"`
+	PassAtK         *float64 `json:"pass_at_k"`
+	// Calibration of the model's confidence (the [confidence] estimator)
+	// against correctness, greedy completions.
+	ECE     *float64   `json:"ece"`
+	Brier   *float64   `json:"brier"`
+	AUROC   *float64   `json:"auroc"`
+	Seconds float64    `json:"seconds"`
+	Cases   []EvalCase `json:"cases"`
+}
+
+// Evaluate generates a greedy completion for every prompt of o.Data with the
+// model (and, with o.Samples > 1, K sampled ones each), verifies them with
+// the config's verifier and measures accuracy, pass@K and calibration.
+func Evaluate(ctx context.Context, m *Model, o EvalOptions) (EvalResult, error) {
+	pf, err := ReadPromptFile(o.Data, o.Config.Data.Map, false)
+	if err != nil {
+		return EvalResult{Data: o.Data}, err
+	}
+	prompts, lines := pf.Prompts, pf.Lines
+	if len(prompts) == 0 {
+		return EvalResult{Data: o.Data}, fmt.Errorf("%s: no prompts", o.Data)
+	}
+	if o.Shard.Enabled() {
+		if err := o.Shard.Check(); err != nil {
+			return EvalResult{Data: o.Data}, err
+		}
+		var sp []dataset.Prompt
+		var sl []int
+		for i, p := range prompts {
+			if o.Shard.Has(p.ID) {
+				sp, sl = append(sp, p), append(sl, lines[i])
+			}
+		}
+		if len(sp) == 0 { // a shard may hold no prompt
+			res := EvalResult{Data: o.Data, Shard: o.Shard.String(), Cases: []EvalCase{}}
+			if o.Samples > 1 {
+				res.Samples = o.Samples
+			}
+			return res, nil
+		}
+		prompts, lines = sp, sl
+	}
+	dir := o.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "confclip-eval-"); err != nil {
+			return EvalResult{Data: o.Data}, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	greedy, err := m.engine(GreedyOptions(o.Config))
+	if err != nil {
+		return EvalResult{Data: o.Data}, err
+	}
+	defer m.release(greedy)
+	var sampled *rollout.Engine
+	if o.Samples > 1 {
+		eo := EngineOptions(o.Config)
+		eo.Group = o.Samples
+		if sampled, err = m.engine(eo); err != nil {
+			return EvalResult{Data: o.Data}, err
+		}
+		defer m.release(sampled)
+	}
+	res, err := evaluate(ctx, o.Config, greedy, sampled, promptFile{o.Data, prompts, lines}, dir)
+	res.Shard = o.Shard.String()
+	return res, err
+}
+
+// promptFile is a prompt file's records with their line numbers.
+type promptFile struct {
+	path    string
+	prompts []dataset.Prompt
+	lines   []int
+}
+
+// evaluateEngines is Evaluate with engines the caller made (the run loop
+// keeps its own, with the adapter it trains).
+func evaluateEngines(ctx context.Context, cfg Config, greedy *rollout.Engine, path string, prompts []dataset.Prompt, dir string) (EvalResult, error) {
+	lines := make([]int, len(prompts))
+	for i := range lines {
+		lines[i] = i + 1
+	}
+	return evaluate(ctx, cfg, greedy, nil, promptFile{path, prompts, lines}, dir)
+}
+
+func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, pf promptFile, dir string) (EvalResult, error) {
 	start := time.Now()
-	res := EvalResult{Prompts: len(prompts)}
+	res := EvalResult{Data: pf.path, Prompts: len(pf.prompts), Cases: make([]EvalCase, len(pf.prompts))}
+	byID := map[string]int{}
+	for i, p := range pf.prompts {
+		res.Cases[i] = EvalCase{ID: p.ID, Line: pf.lines[i], Answer: p.Answer}
+		if _, dup := byID[p.ID]; !dup {
+			byID[p.ID] = i
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return res, err
 	}
-	sum, errs, err := generateAndScore(ctx, cfg, greedy, prompts, filepath.Join(dir, "greedy"))
+	recs, failed, err := generateAndScore(ctx, cfg, greedy, pf, filepath.Join(dir, "greedy"))
 	if err != nil {
 		return res, err
 	}
-	res.Errors = errs
-	o := sum.Outcomes
-	res.Accuracy = o.Accuracy
-	res.MeanTokens = meanTokens(o.Correct, o.Completions, o.MeanTokensRight, o.MeanTokensWrong)
-	if c := sum.Calibration; c != nil {
-		res.ECE, res.Brier, res.AUROC = c.ECE, c.Brier, c.AUROC
+	for i, msg := range failed {
+		res.Cases[i].Error = msg
+	}
+	var conf []float64
+	var correct []bool
+	tokens := 0
+	for _, r := range recs {
+		i, ok := byID[r.PromptID]
+		if !ok || res.Cases[i].Error != "" {
+			continue
+		}
+		c := &res.Cases[i]
+		c.Correct, c.Extracted, c.Reason = r.VerifierResult.Correct, r.VerifierResult.Extracted, r.VerifierResult.Reason
+		c.Text, c.Tokens, c.Confidence = r.Text, len(r.Tokens), r.Confidence
+		tokens += len(r.Tokens)
+		conf = append(conf, r.Confidence)
+		correct = append(correct, c.Correct)
+	}
+	for _, c := range res.Cases {
+		if c.Error != "" {
+			res.Failed++
+		} else if c.Correct {
+			res.Correct++
+		}
+	}
+	res.Accuracy = float64(res.Correct) / float64(res.Prompts)
+	if n := len(recs); n > 0 {
+		res.MeanTokens = float64(tokens) / float64(n)
+		cal := confclip.Calibrate(conf, correct)
+		res.ECE, res.Brier = ptr(cal.ECE), ptr(cal.Brier)
+		if cal.AUROCDefined {
+			res.AUROC = ptr(cal.AUROC)
+		}
 	}
 	if sampled != nil {
-		ssum, _, err := generateAndScore(ctx, cfg, sampled, prompts, filepath.Join(dir, "sampled"))
+		srecs, _, err := generateAndScore(ctx, cfg, sampled, pf, filepath.Join(dir, "sampled"))
 		if err != nil {
 			return res, err
 		}
-		res.Samples = sampled.Options().Group
-		res.SampledAccuracy = ssum.Outcomes.Accuracy
-		res.PassAtK = ssum.Outcomes.PassAtG
+		k := sampled.Options().Group
+		res.Samples = k
+		right, pass := 0, map[string]bool{}
+		for _, r := range srecs {
+			if r.VerifierResult.Correct {
+				right++
+				pass[r.PromptID] = true
+				if i, ok := byID[r.PromptID]; ok {
+					res.Cases[i].SampledCorrect++
+				}
+			}
+		}
+		res.SampledAccuracy = ptr(float64(right) / float64(k*res.Prompts))
+		res.PassAtK = ptr(float64(len(pass)) / float64(res.Prompts))
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
 }
 
-func meanTokens(right, all int, meanRight, meanWrong float64) float64 {
-	if all == 0 {
-		return 0
-	}
-	wrong := all - right
-	s := 0.0
-	if right > 0 {
-		s += float64(right) * meanRight
-	}
-	if wrong > 0 {
-		s += float64(wrong) * meanWrong
-	}
-	return s / float64(all)
-}
+func ptr(x float64) *float64 { return &x }
 
 // generateAndScore writes prefix.rollouts.jsonl and prefix.scored.jsonl and
-// returns the scoring summary (binary reward: an evaluation has no use for
-// advantages) and the number of prompts that failed to generate.
-func generateAndScore(ctx context.Context, cfg Config, e *rollout.Engine, prompts []dataset.Prompt, prefix string) (Summary, int, error) {
+// returns the scored records (binary reward: an evaluation has no use for
+// advantages) and, by index into the prompts, why those that could not be
+// generated failed. Errors name the prompt file's lines, not the files under
+// prefix.
+func generateAndScore(ctx context.Context, cfg Config, e *rollout.Engine, pf promptFile, prefix string) ([]dataset.Scored, map[int]string, error) {
 	rolls := prefix + ".rollouts.jsonl"
-	st, err := writeRollouts(ctx, e, prompts, rolls)
+	st, ids, err := writeRollouts(ctx, e, pf.prompts, rolls)
 	if err != nil {
-		return Summary{}, 0, err
+		return nil, nil, fmt.Errorf("%s: %w", pf.path, err)
+	}
+	failed := map[int]string{}
+	for _, re := range st.Errors {
+		if re.Index >= 0 && re.Index < len(pf.prompts) {
+			failed[re.Index] = re.Reason
+		}
 	}
 	if st.Records == 0 {
-		return Summary{}, len(st.Errors), fmt.Errorf("no completions generated (%d prompts failed: %v)", len(st.Errors), firstErrors(st.Errors))
+		return nil, failed, nil
 	}
 	so := NewScoreOptions(cfg, rolls, prefix+".scored.jsonl")
 	so.Reward.Method = "binary"
@@ -122,8 +284,20 @@ func generateAndScore(ctx context.Context, cfg Config, e *rollout.Engine, prompt
 	so.Reward.Overlong = false
 	so.Advantage.Estimator = "none"
 	so.Advantage.MaskTruncated = false
-	sum, err := Score(ctx, so)
-	return sum, len(st.Errors), err
+	if _, err := Score(ctx, so); err != nil {
+		// Say the user's prompt and line, not the generated file's.
+		var le *dataset.LineError
+		if errors.As(err, &le) && le.File == rolls && le.Line >= 1 && le.Line <= len(ids) {
+			for i, p := range pf.prompts {
+				if p.ID == ids[le.Line-1] {
+					return nil, nil, fmt.Errorf("%s:%d: id %q: %w", pf.path, pf.lines[i], p.ID, le.Err)
+				}
+			}
+		}
+		return nil, nil, fmt.Errorf("%s: %w", pf.path, err)
+	}
+	recs, _, _, err := dataset.ReadFile[dataset.Scored](prefix+".scored.jsonl", false)
+	return recs, failed, err
 }
 
 func firstErrors(errs []rollout.RecordError) []string {
@@ -138,23 +312,78 @@ func firstErrors(errs []rollout.RecordError) []string {
 	return out
 }
 
-// writeRollouts generates with the engine into a JSONL file (atomically).
-func writeRollouts(ctx context.Context, e *rollout.Engine, prompts []dataset.Prompt, path string) (rollout.Stats, error) {
+// writeRollouts generates with the engine into a JSONL file (atomically)
+// and returns, line by line, the prompt id of each record written.
+func writeRollouts(ctx context.Context, e *rollout.Engine, prompts []dataset.Prompt, path string) (rollout.Stats, []string, error) {
 	w, err := dataset.Create(path)
 	if err != nil {
-		return rollout.Stats{}, err
+		return rollout.Stats{}, nil, err
 	}
+	var ids []string
 	st, err := e.Generate(ctx, prompts, func(group []dataset.Rollout) error {
 		for i := range group {
 			if err := w.Write(&group[i]); err != nil {
 				return err
 			}
+			ids = append(ids, group[i].PromptID)
 		}
 		return nil
 	})
 	if err != nil {
 		w.Abort()
-		return st, err
+		return st, ids, err
 	}
-	return st, w.Commit()
+	return st, ids, w.Commit()
+}
+
+// WriteJUnit writes the evaluation as a JUnit XML report, one test case per
+// prompt: a wrong answer is a failure, a prompt that could not be generated
+// an error. CI servers (GitLab, Jenkins, GitHub's test reporters) display it.
+func WriteJUnit(w io.Writer, res EvalResult) error {
+	type failure struct {
+		Message string `xml:"message,attr"`
+		Type    string `xml:"type,attr"`
+		Text    string `xml:",chardata"`
+	}
+	type testcase struct {
+		Name      string   `xml:"name,attr"`
+		Classname string   `xml:"classname,attr"`
+		File      string   `xml:"file,attr"`
+		Line      int      `xml:"line,attr"`
+		Failure   *failure `xml:"failure,omitempty"`
+		Error     *failure `xml:"error,omitempty"`
+	}
+	type suite struct {
+		XMLName  xml.Name   `xml:"testsuite"`
+		Name     string     `xml:"name,attr"`
+		Tests    int        `xml:"tests,attr"`
+		Failures int        `xml:"failures,attr"`
+		Errors   int        `xml:"errors,attr"`
+		Time     string     `xml:"time,attr"`
+		Cases    []testcase `xml:"testcase"`
+	}
+	s := suite{Name: "confclip eval " + res.Data, Tests: len(res.Cases), Time: fmt.Sprintf("%.3f", res.Seconds)}
+	for _, c := range res.Cases {
+		tc := testcase{Name: c.ID, Classname: filepath.Base(res.Data), File: res.Data, Line: c.Line}
+		switch {
+		case c.Error != "":
+			s.Errors++
+			tc.Error = &failure{Message: "not generated: " + c.Error, Type: "generation", Text: fmt.Sprintf("%s:%d: %s", res.Data, c.Line, c.Error)}
+		case !c.Correct:
+			s.Failures++
+			tc.Failure = &failure{Message: fmt.Sprintf("want %q, extracted %q", c.Answer, c.Extracted), Type: "wrong answer",
+				Text: fmt.Sprintf("%s:%d\nreason: %s\ncompletion: %s", res.Data, c.Line, c.Reason, c.Text)}
+		}
+		s.Cases = append(s.Cases, tc)
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(s); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
 }

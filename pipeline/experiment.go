@@ -13,23 +13,27 @@ import (
 	"strings"
 
 	"github.com/confclip/confclip/confclip"
+	"github.com/confclip/confclip/dataset"
 )
 
-// Arm is one configuration of an experiment: a reward and an advantage
-// estimator; everything else is shared.
+// Arm is one configuration of an experiment: a reward, an advantage
+// estimator and its scale; everything else is shared.
 type Arm struct {
 	Name      string
 	Reward    string // reward.method
 	Advantage string // advantage.estimator
+	Scale     string // advantage.scale
 }
 
 // Arms are the arms `confclip experiment` knows by name.
 var Arms = []Arm{
-	{"binary_grpo", "binary", "grpo"},
-	{"confclip_grpo", "confclip", "grpo"},
-	{"confclip_dr_grpo", "confclip", "dr_grpo"},
-	{"binary_dr_grpo", "binary", "dr_grpo"},
-	{"confclip_rloo", "confclip", "rloo"},
+	{"binary_grpo", "binary", "grpo", "group"},
+	{"confclip_grpo", "confclip", "grpo", "group"},
+	{"confclip_grpo_batch", "confclip", "grpo", "batch"},
+	{"binary_grpo_batch", "binary", "grpo", "batch"},
+	{"confclip_dr_grpo", "confclip", "dr_grpo", "group"},
+	{"binary_dr_grpo", "binary", "dr_grpo", "group"},
+	{"confclip_rloo", "confclip", "rloo", "group"},
 }
 
 func armByName(name string) (Arm, error) {
@@ -49,11 +53,19 @@ func armByName(name string) (Arm, error) {
 type ArmResult struct {
 	Arm   string       `json:"arm"`
 	Seeds []SeedResult `json:"seeds"`
-	// Means and standard deviations over seeds (n-1 divisor; 0 for one seed).
-	AccBefore, AccAfter, AccAfterStd       float64
-	TokensBefore, TokensAfter, TokensStd   float64
-	ZeroStd, ZeroStdBinary, SecondsPerStep float64
-	Rows                                   []StepMetrics `json:"-"` // seed-averaged per step, for plots
+	// Means over seeds; the *CI fields are the half-widths of 95%
+	// intervals over seeds (NaN for one seed), and AccAfterStd, TokensStd
+	// standard deviations (n-1 divisor).
+	AccBefore, AccAfter, AccAfterStd, AccAfterCI float64
+	Gain, GainCI                                 float64 // held-out accuracy after - before
+	TokensBefore, TokensAfter, TokensStd         float64
+	Sampled, SampledCI                           float64 // mean sampled completion length over the steps
+	ZeroStd, ZeroStdCI, ZeroStdBinary            float64
+	SecondsPerStep                               float64
+	// SignificantSeeds counts the seeds whose held-out gain has a paired
+	// McNemar p < 0.01.
+	SignificantSeeds int
+	Rows             []StepMetrics `json:"-"` // seed-averaged per step, for plots
 }
 
 // SeedResult is one run of an arm.
@@ -66,7 +78,18 @@ type SeedResult struct {
 	TokensAfter    float64 `json:"held_out_tokens_after"`
 	ZeroStd        float64 `json:"zero_std_frac"`        // mean over steps
 	ZeroStdBinary  float64 `json:"zero_std_frac_binary"` // mean over steps
+	SampledTokens  float64 `json:"sampled_tokens"`       // mean over steps of the rollouts' mean length
 	SecondsPerStep float64 `json:"seconds_per_step"`
+	SkippedSteps   int     `json:"skipped_steps"` // steps whose advantages were all zero
+	// Fixed and Broken count the held-out prompts wrong before training
+	// and right after, and the reverse; McNemarP is the paired test's
+	// p-value (McNemar).
+	Fixed    int     `json:"fixed"`
+	Broken   int     `json:"broken"`
+	McNemarP float64 `json:"mcnemar_p"`
+	// correct holds the per-prompt verdicts after training, for the
+	// paired comparison of arms.
+	correct map[string]bool
 }
 
 // ExperimentResult is a whole experiment.
@@ -102,7 +125,7 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 		var all [][]StepMetrics
 		for _, seed := range cfg.Experiment.Seeds {
 			c := cfg
-			c.Reward.Method, c.Advantage.Estimator = arm.Reward, arm.Advantage
+			c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
 			c.Rollout.Seed, c.Train.Seed = seed, seed
 			c.Run.Out = filepath.Join(cfg.Run.Out, arm.Name, fmt.Sprintf("seed-%d", seed))
 			_, statErr := os.Stat(filepath.Join(c.Run.Out, RunConfigFile))
@@ -111,14 +134,18 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 			if err != nil {
 				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
 			}
-			ar.Seeds = append(ar.Seeds, seedResult(seed, r))
+			sr, err := seedResult(seed, r, c.Run.Steps)
+			if err != nil {
+				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
+			}
+			ar.Seeds = append(ar.Seeds, sr)
 			all = append(all, r.Rows)
 		}
 		ar.summarise()
 		ar.Rows = averageRows(all)
 		res.Arms = append(res.Arms, ar)
 	}
-	res.Table = ExperimentTable(res.Arms, len(cfg.Experiment.Seeds))
+	res.Table = ExperimentTable(res.Arms, len(cfg.Experiment.Seeds)) + "\n" + PairedTable(res.Arms)
 	arms2 := map[string][]StepMetrics{}
 	for _, a := range res.Arms {
 		arms2[a.Arm] = a.Rows
@@ -140,15 +167,15 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 	})
 }
 
-func seedResult(seed uint64, r RunResult) SeedResult {
-	s := SeedResult{Seed: seed, Dir: r.Dir, AccBefore: math.NaN(), AccAfter: math.NaN(), TokensBefore: math.NaN(), TokensAfter: math.NaN()}
+func seedResult(seed uint64, r RunResult, steps int) (SeedResult, error) {
+	s := SeedResult{Seed: seed, Dir: r.Dir, AccBefore: math.NaN(), AccAfter: math.NaN(), TokensBefore: math.NaN(), TokensAfter: math.NaN(), McNemarP: math.NaN()}
 	if r.Before != nil {
 		s.AccBefore, s.TokensBefore = r.Before.Accuracy, r.Before.MeanTokens
 	}
 	if r.After != nil {
 		s.AccAfter, s.TokensAfter = r.After.Accuracy, r.After.MeanTokens
 	}
-	var zs, zb, secs []float64
+	var zs, zb, secs, toks []float64
 	for _, row := range r.Rows {
 		if row.Step == 0 {
 			continue
@@ -156,11 +183,39 @@ func seedResult(seed uint64, r RunResult) SeedResult {
 		zs = append(zs, row.ZeroStdFrac)
 		zb = append(zb, row.ZeroStdFracBinary)
 		secs = append(secs, row.StepS)
+		toks = append(toks, row.MeanTokens)
+		s.SkippedSteps += row.TrainSkipped
 	}
 	s.ZeroStd, _ = meanStd(zs)
 	s.ZeroStdBinary, _ = meanStd(zb)
 	s.SecondsPerStep, _ = meanStd(secs)
-	return s
+	s.SampledTokens, _ = meanStd(toks)
+	if r.Before != nil && r.After != nil {
+		before, err := EvalVerdicts(r.Dir, 0)
+		if err != nil {
+			return s, err
+		}
+		if s.correct, err = EvalVerdicts(r.Dir, steps); err != nil {
+			return s, err
+		}
+		s.Fixed, s.Broken, s.McNemarP = McNemar(before, s.correct)
+	}
+	return s, nil
+}
+
+// EvalVerdicts reads which held-out prompts the greedy evaluation of a
+// run's step got right, by prompt id.
+func EvalVerdicts(runDir string, step int) (map[string]bool, error) {
+	path := filepath.Join(runDir, "steps", fmt.Sprintf("%04d", step), "eval", "greedy.scored.jsonl")
+	recs, _, _, err := dataset.ReadFile[dataset.Scored](path, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		out[r.PromptID] = r.VerifierResult.Correct
+	}
+	return out, nil
 }
 
 func (a *ArmResult) summarise() {
@@ -173,6 +228,15 @@ func (a *ArmResult) summarise() {
 	}
 	a.AccBefore, _ = meanStd(col(func(s SeedResult) float64 { return s.AccBefore }))
 	a.AccAfter, a.AccAfterStd = meanStd(col(func(s SeedResult) float64 { return s.AccAfter }))
+	_, a.AccAfterCI = MeanCI95(col(func(s SeedResult) float64 { return s.AccAfter }))
+	a.Gain, a.GainCI = MeanCI95(col(func(s SeedResult) float64 { return s.AccAfter - s.AccBefore }))
+	a.Sampled, a.SampledCI = MeanCI95(col(func(s SeedResult) float64 { return s.SampledTokens }))
+	_, a.ZeroStdCI = MeanCI95(col(func(s SeedResult) float64 { return s.ZeroStd }))
+	for _, s := range a.Seeds {
+		if s.McNemarP < 0.01 {
+			a.SignificantSeeds++
+		}
+	}
 	a.TokensBefore, _ = meanStd(col(func(s SeedResult) float64 { return s.TokensBefore }))
 	a.TokensAfter, a.TokensStd = meanStd(col(func(s SeedResult) float64 { return s.TokensAfter }))
 	a.ZeroStd, _ = meanStd(col(func(s SeedResult) float64 { return s.ZeroStd }))
@@ -241,17 +305,101 @@ func averageRows(runs [][]StepMetrics) []StepMetrics {
 	return out
 }
 
-// ExperimentTable formats the arms as a Markdown table.
+// ExperimentTable formats the arms as a Markdown table: held-out greedy
+// accuracy before and after with the gain's paired McNemar test (per seed
+// when there is one; otherwise how many seeds reached p < 0.01 and the
+// summed counts), and the mean sampled completion length and zero-std
+// fraction over the steps; ± is a 95% interval over seeds.
 func ExperimentTable(arms []ArmResult, seeds int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| arm | held-out accuracy before | after (mean ± std, %d seeds) | held-out tokens before | after | zero-std fraction (binary) | s/step |\n", seeds)
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| arm | held-out accuracy before | after | gain | paired test of the gain (McNemar) | sampled tokens | zero-std fraction (binary) | held-out tokens before → after | s/step |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range arms {
-		fmt.Fprintf(&b, "| %s | %.3f | %.3f ± %.3f | %.1f | %.1f ± %.1f | %.2f (%.2f) | %.1f |\n",
-			a.Arm, a.AccBefore, a.AccAfter, zeroIfNaN(a.AccAfterStd), a.TokensBefore, a.TokensAfter, zeroIfNaN(a.TokensStd),
-			a.ZeroStd, a.ZeroStdBinary, a.SecondsPerStep)
+		var test string
+		if len(a.Seeds) == 1 {
+			s := a.Seeds[0]
+			test = fmt.Sprintf("fixed %d, broken %d, p = %s", s.Fixed, s.Broken, pValue(s.McNemarP))
+		} else {
+			fixed, broken := 0, 0
+			for _, s := range a.Seeds {
+				fixed, broken = fixed+s.Fixed, broken+s.Broken
+			}
+			test = fmt.Sprintf("p < 0.01 in %d of %d seeds (fixed %d, broken %d in all)", a.SignificantSeeds, len(a.Seeds), fixed, broken)
+		}
+		fmt.Fprintf(&b, "| %s | %.3f | %s | %s | %s | %s | %s (%.2f) | %.1f → %.1f | %.1f |\n",
+			a.Arm, a.AccBefore, pm(a.AccAfter, a.AccAfterCI, 3), pm(a.Gain, a.GainCI, 3), test,
+			pm(a.Sampled, a.SampledCI, 1), pm(a.ZeroStd, a.ZeroStdCI, 2), a.ZeroStdBinary,
+			a.TokensBefore, a.TokensAfter, a.SecondsPerStep)
+	}
+	if seeds > 1 {
+		fmt.Fprintf(&b, "\n%d seeds; ± is the half-width of a 95%% interval over seeds (Student's t).\n", seeds)
 	}
 	return b.String()
+}
+
+// PairedTable compares each arm with the first, seed by seed (same seed,
+// same start, same held-out prompts): the mean difference ± a 95% interval
+// over seeds of held-out accuracy after training, sampled length and
+// zero-std fraction, and in how many seeds the arm's accuracy was higher,
+// equal, lower. Empty with fewer than two arms or two seeds.
+func PairedTable(arms []ArmResult) string {
+	if len(arms) < 2 || len(arms[0].Seeds) < 2 {
+		return ""
+	}
+	ref := arms[0]
+	bySeed := map[uint64]SeedResult{}
+	for _, s := range ref.Seeds {
+		bySeed[s.Seed] = s
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| arm − %s (paired by seed) | Δ held-out accuracy | seeds higher / equal / lower | Δ sampled tokens | Δ zero-std fraction |\n", ref.Arm)
+	b.WriteString("|---|---|---|---|---|\n")
+	for _, a := range arms[1:] {
+		var dAcc, dTok, dZero []float64
+		hi, eq, lo := 0, 0, 0
+		for _, s := range a.Seeds {
+			r, ok := bySeed[s.Seed]
+			if !ok {
+				continue
+			}
+			d := s.AccAfter - r.AccAfter
+			dAcc = append(dAcc, d)
+			dTok = append(dTok, s.SampledTokens-r.SampledTokens)
+			dZero = append(dZero, s.ZeroStd-r.ZeroStd)
+			switch {
+			case d > 0:
+				hi++
+			case d < 0:
+				lo++
+			default:
+				eq++
+			}
+		}
+		m1, c1 := MeanCI95(dAcc)
+		m2, c2 := MeanCI95(dTok)
+		m3, c3 := MeanCI95(dZero)
+		fmt.Fprintf(&b, "| %s | %s | %d / %d / %d | %s | %s |\n", a.Arm, pm(m1, c1, 3), hi, eq, lo, pm(m2, c2, 2), pm(m3, c3, 3))
+	}
+	return b.String()
+}
+
+// pm writes mean ± half-width with prec decimals (the mean alone when the
+// interval is undefined).
+func pm(mean, half float64, prec int) string {
+	if math.IsNaN(half) {
+		return fmt.Sprintf("%.*f", prec, mean)
+	}
+	return fmt.Sprintf("%.*f ± %.*f", prec, mean, prec, half)
+}
+
+func pValue(p float64) string {
+	switch {
+	case math.IsNaN(p):
+		return "n/a"
+	case p < 1e-4:
+		return fmt.Sprintf("%.1e", p)
+	}
+	return fmt.Sprintf("%.4f", p)
 }
 
 func zeroIfNaN(x float64) float64 {

@@ -30,6 +30,9 @@ type ExportOptions struct {
 	// Format is FormatJSONL or FormatParquet; "" picks Parquet when Out ends
 	// in .parquet and JSONL otherwise.
 	Format string
+	// Layout names the columns: LayoutConfclip ("", what confclip train
+	// reads), LayoutTRL or LayoutVerl (docs/export.md).
+	Layout string
 
 	// Model, when set, is the GGUF file the rollouts came from; its SHA-256
 	// goes into every example's provenance.
@@ -47,12 +50,18 @@ type ExportOptions struct {
 	// rewards are all equal: their advantages are all zero and they carry
 	// no gradient (DAPO's dynamic sampling; METHOD.md "Advantages").
 	SkipZeroStd bool
+	// MaskTruncated writes a completion mask of zeros for completions that
+	// stopped on the length limit (advantage.mask_truncated, whose scoring
+	// already gave them advantage 0): the trainer then leaves them out of
+	// the loss's denominators too, as TRL's mask_truncated_completions.
+	MaskTruncated bool
 }
 
 // ExportSummary says what Export wrote.
 type ExportSummary struct {
 	Out           string
 	Format        string
+	Layout        string
 	Records       int // scored records read
 	Groups        int // distinct prompt ids
 	ZeroStdGroups int // groups whose rewards are all equal
@@ -85,6 +94,9 @@ func Export(opts ExportOptions) (ExportSummary, error) {
 		return sum, err
 	}
 	sum.Format = format
+	if sum.Layout, err = checkLayout(opts.Layout); err != nil {
+		return sum, err
+	}
 	if sum.Provenance, err = newProvenance(opts); err != nil {
 		return sum, err
 	}
@@ -102,7 +114,7 @@ func Export(opts ExportOptions) (ExportSummary, error) {
 		}
 	}
 
-	w, err := createExampleWriter(opts.Out, format)
+	w, err := createLayoutWriter(opts.Out, format, sum.Layout)
 	if err != nil {
 		return sum, err
 	}
@@ -120,7 +132,10 @@ func Export(opts ExportOptions) (ExportSummary, error) {
 		if fromModel {
 			sum.FromModelLogprobs++
 		}
-		if err := w.Write(ex); err != nil {
+		if opts.MaskTruncated && rec.Finish == dataset.FinishLength {
+			clear(ex.CompletionMask)
+		}
+		if err := w.Write(ex, rec.VerifierResult.Correct); err != nil {
 			w.Abort()
 			return sum, err
 		}
@@ -221,6 +236,10 @@ func zeroStdGroups(recs []dataset.Scored) map[string]bool {
 // is unknown; with temperature 1 and no truncation the two are equal).
 func trainExample(rec *dataset.Scored, prov dataset.Provenance) (ex dataset.TrainExample, fromModel bool, err error) {
 	n := len(rec.Tokens)
+	if n == 0 && len(rec.Logprobs) > 0 {
+		return ex, false, fmt.Errorf("log-probs for %d tokens but no token ids (completions from another server): "+
+			"score with the model (confclip score --model M), which tokenizes them, before exporting", len(rec.Logprobs))
+	}
 	if n == 0 {
 		return ex, false, errors.New("no completion tokens: score with a model (teacher forcing) before exporting")
 	}
@@ -251,81 +270,10 @@ func trainExample(rec *dataset.Scored, prov dataset.Provenance) (ex dataset.Trai
 		OldLogprobs:    old,
 		Reward:         rec.Reward,
 		Provenance:     prov,
+		Prompt:         rec.Prompt,
+		Completion:     rec.Text,
+		Answer:         rec.Answer,
 	}, fromModel, nil
-}
-
-// exampleWriter writes training examples to a temporary file that Commit
-// renames into place and Abort removes.
-type exampleWriter interface {
-	Write(dataset.TrainExample) error
-	Commit() error
-	Abort()
-}
-
-func createExampleWriter(path, format string) (exampleWriter, error) {
-	if format == FormatParquet {
-		return createParquetWriter(path)
-	}
-	w, err := dataset.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	return jsonlWriter{w}, nil
-}
-
-type jsonlWriter struct{ *dataset.Writer }
-
-func (w jsonlWriter) Write(ex dataset.TrainExample) error { return w.Writer.Write(ex) }
-
-// parquetWriter writes Parquet (zstd-compressed) to a temporary file beside
-// the target, renamed into place on Commit.
-type parquetWriter struct {
-	path string
-	tmp  *os.File
-	pw   *parquet.GenericWriter[dataset.TrainExample]
-	row  [1]dataset.TrainExample
-}
-
-func createParquetWriter(path string) (*parquetWriter, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return nil, err
-	}
-	pw := parquet.NewGenericWriter[dataset.TrainExample](tmp,
-		parquet.Compression(&parquet.Zstd),
-		parquet.KeyValueMetadata("confclip.schema", dataset.SchemaTrain))
-	return &parquetWriter{path: path, tmp: tmp, pw: pw}, nil
-}
-
-func (w *parquetWriter) Write(ex dataset.TrainExample) error {
-	w.row[0] = ex
-	if _, err := w.pw.Write(w.row[:]); err != nil {
-		return fmt.Errorf("%s: %w", w.path, err)
-	}
-	return nil
-}
-
-func (w *parquetWriter) Commit() error {
-	err := w.pw.Close()
-	if err == nil {
-		err = w.tmp.Sync()
-	}
-	if cerr := w.tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(w.tmp.Name(), w.path)
-	}
-	if err != nil {
-		os.Remove(w.tmp.Name())
-		return fmt.Errorf("%s: %w", w.path, err)
-	}
-	return nil
-}
-
-func (w *parquetWriter) Abort() {
-	w.tmp.Close()
-	os.Remove(w.tmp.Name())
 }
 
 // parquetMagic opens and closes every Parquet file.
@@ -343,6 +291,9 @@ func ReadTrainExamples(path string) ([]dataset.TrainExample, error) {
 	n, _ := io.ReadFull(f, head)
 	f.Close()
 	if n == len(head) && bytes.Equal(head, parquetMagic) {
+		if err := checkParquetLayout(path); err != nil {
+			return nil, err
+		}
 		exs, err := parquet.ReadFile[dataset.TrainExample](path)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
@@ -355,8 +306,40 @@ func ReadTrainExamples(path string) ([]dataset.TrainExample, error) {
 	}
 	for i, ex := range exs {
 		if ex.Schema != "" && ex.Schema != dataset.SchemaTrain {
-			return nil, &dataset.LineError{File: path, Line: lines[i], Err: fmt.Errorf("schema %q: want %q", ex.Schema, dataset.SchemaTrain)}
+			err := fmt.Errorf("schema %q: want %q", ex.Schema, dataset.SchemaTrain)
+			if ex.Schema == SchemaTrainTRL || ex.Schema == SchemaTrainVerl {
+				err = fmt.Errorf("schema %q: an export for another trainer; export again without --format trl|verl for confclip train", ex.Schema)
+			}
+			return nil, &dataset.LineError{File: path, Line: lines[i], Err: err}
 		}
 	}
 	return exs, nil
+}
+
+// checkParquetLayout refuses a Parquet training set written for another
+// trainer (its confclip.layout metadata), which would otherwise read as rows
+// of empty columns.
+func checkParquetLayout(path string) (err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: unreadable Parquet: %v", path, r)
+		}
+	}()
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if l, ok := pf.Lookup(metaLayout); ok && l != LayoutConfclip {
+		return fmt.Errorf("%s: a training set in the %s layout, for another trainer; export again without --format %s for confclip train", path, l, l)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"errors"
 	"os"
 	"path/filepath"
@@ -17,7 +18,9 @@ import (
 // scoredRecord makes a scored completion of n tokens.
 func scoredRecord(prompt string, sample, n int, reward, adv float64) dataset.Scored {
 	r := dataset.Scored{Reward: reward, Advantage: adv, Confidence: 0.5}
-	r.Schema, r.PromptID, r.Sample, r.Text = dataset.SchemaScored, prompt, sample, "x"
+	r.Schema, r.PromptID, r.Sample, r.Text = dataset.SchemaScored, prompt, sample, fmt.Sprintf("x%d", sample)
+	r.Prompt, r.Answer = "Q: "+prompt, "A"+prompt
+	r.VerifierResult.Correct = reward > 0.5
 	r.PromptTokens = []int32{1, 100, int32(len(prompt))}
 	for i := range n {
 		r.Tokens = append(r.Tokens, int32(200+10*sample+i))
@@ -83,6 +86,8 @@ func checkExample(t *testing.T, ex dataset.TrainExample, rec dataset.Scored, pro
 		t.Errorf("%s/%d reward %v, want %v", rec.PromptID, rec.Sample, ex.Reward, rec.Reward)
 	case ex.Provenance != prov:
 		t.Errorf("%s/%d provenance %+v, want %+v", rec.PromptID, rec.Sample, ex.Provenance, prov)
+	case ex.Prompt != rec.Prompt || ex.Completion != rec.Text || ex.Answer != rec.Answer:
+		t.Errorf("%s/%d text columns %q, %q, %q; want %q, %q, %q", rec.PromptID, rec.Sample, ex.Prompt, ex.Completion, ex.Answer, rec.Prompt, rec.Text, rec.Answer)
 	}
 }
 
@@ -112,7 +117,7 @@ func TestExportJSONL(t *testing.T) {
 	if sum.Provenance != prov {
 		t.Errorf("provenance %+v, want %+v", sum.Provenance, prov)
 	}
-	want := ExportSummary{Out: out, Format: FormatJSONL, Records: 5, Groups: 3, ZeroStdGroups: 2, Examples: 5, Tokens: 15, Provenance: prov}
+	want := ExportSummary{Out: out, Format: FormatJSONL, Layout: LayoutConfclip, Records: 5, Groups: 3, ZeroStdGroups: 2, Examples: 5, Tokens: 15, Provenance: prov}
 	if sum != want {
 		t.Errorf("summary %+v, want %+v", sum, want)
 	}

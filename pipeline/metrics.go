@@ -45,9 +45,19 @@ type StepMetrics struct {
 	MeanTokens      float64 `json:"mean_tokens"`
 	MeanTokensRight float64 `json:"mean_tokens_right"`
 	MeanTokensWrong float64 `json:"mean_tokens_wrong"`
-	// Loss and GradNorm come from the training step.
-	Loss     float64 `json:"loss"`
-	GradNorm float64 `json:"grad_norm"`
+	// Loss (METHOD.md's L before the first update), GradNorm and LR come
+	// from the step's first update; ClipFrac (fraction of tokens whose
+	// ratio was clipped) and KL (mean k3 KL to the model without the
+	// adapter) are means over its Updates. TrainSkipped is 1 when the step
+	// did not train: every advantage was zero (or every completion masked
+	// or dropped), so the adapter and the optimiser's moments stayed put.
+	Loss         float64 `json:"loss"`
+	GradNorm     float64 `json:"grad_norm"`
+	LR           float64 `json:"lr"`
+	ClipFrac     float64 `json:"clip_frac"`
+	KL           float64 `json:"kl"`
+	Updates      int     `json:"updates"`
+	TrainSkipped int     `json:"train_skipped"`
 	// Wall-clock seconds of the stages and the whole step, and the rollout
 	// throughput in generated tokens per second.
 	RolloutS   float64 `json:"rollout_s"`

@@ -49,6 +49,9 @@ type RunOptions struct {
 	// rollout"), for a status line rewritten in place on a terminal; Log
 	// still gets each step's final line.
 	Live func(line string)
+	// Progress, when set, receives the loop's events: RunStage, RunStepDone
+	// and RunNote.
+	Progress func(Event)
 	// StopAfter, when > 0, stops (as if killed) after that many steps of
 	// this invocation; tests use it to check resumption.
 	StopAfter int
@@ -79,13 +82,18 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if err := checkRunConfig(cfg); err != nil {
 		return res, err
 	}
-	trainPrompts, err := readPrompts(cfg.Data.Train)
+	// Every key before anything exists on disk: a value that would fail in
+	// step 1 must not leave a run folder behind.
+	if err := cfg.Validate(); err != nil {
+		return res, err
+	}
+	trainPrompts, err := readPrompts(cfg.Data.Train, cfg.Data.Map)
 	if err != nil {
 		return res, err
 	}
 	var evalPrompts []dataset.Prompt
 	if cfg.Data.Eval != "" {
-		if evalPrompts, err = readPrompts(cfg.Data.Eval); err != nil {
+		if evalPrompts, err = readPrompts(cfg.Data.Eval, cfg.Data.Map); err != nil {
 			return res, err
 		}
 	}
@@ -110,6 +118,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := train.CreateLoRA(m, adapterPath, LoRAConfig(cfg)); err != nil {
 			return res, err
 		}
+		crashPoint("init-adapter-written")
 	}
 	a, err := llama.LoadAdapter(m, adapterPath)
 	if err != nil {
@@ -150,11 +159,13 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		}
 	}
 
-	start := 0
+	// Rows after the checkpoint are redone, so they are dropped; without a
+	// checkpoint that includes step 0's evaluation.
+	start, kept := 0, -1
 	if ck != nil {
-		start = ck.Step
+		start, kept = ck.Step, ck.Step
 	}
-	mlog, err := OpenMetricsLog(dir, start)
+	mlog, err := OpenMetricsLog(dir, kept)
 	if err != nil {
 		return res, err
 	}
@@ -163,7 +174,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if greedy == nil {
 			return nil, nil
 		}
-		r, err := Evaluate(ctx, cfg, greedy, nil, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"))
+		r, err := evaluateEngines(ctx, cfg, greedy, cfg.Data.Eval, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"))
 		if err != nil {
 			return nil, fmt.Errorf("step %d: evaluation: %w", step, err)
 		}
@@ -181,7 +192,9 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := mlog.Append(row); err != nil {
 			return res, err
 		}
+		crashPoint("eval0-recorded")
 		fmt.Fprintf(logw, "step 0: held-out accuracy %.3f, mean tokens %.1f (before training)\n", ev.Accuracy, ev.MeanTokens)
+		emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out accuracy %.3f, mean tokens %.1f (before training)", ev.Accuracy, ev.MeanTokens)})
 	}
 
 	runStart := time.Now()
@@ -190,10 +203,12 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		crashPoint("step-start")
 		stage := func(name string) {
 			if o.Live != nil {
 				o.Live(fmt.Sprintf("step %d/%d: %s", step, cfg.Run.Steps, name))
 			}
+			emit(o.Progress, RunStage{Step: step, Steps: cfg.Run.Steps, Stage: name})
 		}
 		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr, stage)
 		if err != nil {
@@ -210,10 +225,14 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 				row.EvalMeanTokens = &ev.MeanTokens
 			}
 		}
-		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
+		crashPoint("step-trained")
+		// The row first, then the checkpoint: a stop between the two redoes
+		// the step (its row is dropped on resume) instead of losing the row.
+		if err := mlog.Append(row); err != nil {
 			return res, err
 		}
-		if err := mlog.Append(row); err != nil {
+		crashPoint("metrics-recorded")
+		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
 			return res, err
 		}
 		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots")); err != nil {
@@ -223,6 +242,8 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		eta := time.Duration(float64(time.Since(runStart)) / float64(done) * float64(cfg.Run.Steps-step))
 		line := stepLine(row, cfg.Run.Steps, eta)
 		fmt.Fprintln(logw, line)
+		emit(o.Progress, RunStepDone{Steps: cfg.Run.Steps, Metrics: row, ETA: eta})
+		crashPoint("step-done")
 		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
 			return res, ErrStopped
 		}
@@ -273,7 +294,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	// Every step samples afresh: the engine's seed moves with the step.
 	e.SetSeed(cfg.Rollout.Seed + uint64(step)*1_000_003)
 	rolls := filepath.Join(sdir, "rollouts.jsonl")
-	rst, err := writeRollouts(ctx, e, batch, rolls)
+	rst, _, err := writeRollouts(ctx, e, batch, rolls)
 	if err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
 	}
@@ -299,7 +320,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 		adapter = filepath.Join(cfg.Run.Out, fmt.Sprintf("checkpoints/step-%04d/adapter.gguf", step-1))
 	}
 	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: adapter,
-		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd}); err != nil {
+		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated}); err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
 	t2 := time.Now()
@@ -311,13 +332,32 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.RolloutS = t1.Sub(t0).Seconds()
 	row.ScoreS = t2.Sub(t1).Seconds()
 	row.TokensPerS = rst.TokensPerSecond()
+	row.TrainSkipped = 1
 	if len(recs) > 0 {
 		stage("training")
-		st, err := tr.Step(ctx, Examples(recs))
+		exs := Examples(recs)
+		for i := range exs {
+			// The rollouts were sampled with the adapter being trained:
+			// the first update is on-policy and its own forward gives the
+			// old log-probs (the export's are the sampler's, which differ
+			// from the model's under top-k/top-p).
+			exs[i].OldLogProbs = nil
+		}
+		sts, err := tr.Update(ctx, exs)
 		if err != nil {
 			return StepMetrics{}, fmt.Errorf("step %d: train: %w", step, err)
 		}
-		row.Loss, row.GradNorm = st.Loss, st.GradNorm
+		if !sts[0].Skipped {
+			row.TrainSkipped = 0
+			row.Updates = len(sts)
+			row.Loss, row.GradNorm, row.LR = sts[0].Objective, sts[0].GradNorm, sts[0].LR
+			var clip, kl float64
+			for _, st := range sts {
+				clip += st.ClipFrac
+				kl += st.KL
+			}
+			row.ClipFrac, row.KL = clip/float64(len(sts)), kl/float64(len(sts))
+		}
 	}
 	row.TrainS = time.Since(t2).Seconds()
 	row.StepS = time.Since(t0).Seconds()
@@ -325,31 +365,76 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 }
 
 // stepPrompts picks a step's prompts: the train prompts in an order shuffled
-// once per pass (seeded by the seed and the pass), taken in turn.
+// once per pass (seeded by the seed and the pass), taken in turn. A step
+// never holds a prompt twice: when a step crosses the end of a pass, a
+// prompt that the next pass's order brings up again is deferred to the next
+// step, in order. The draw is replayed from step 1, so a step's prompts
+// depend only on the seed and the step number (resume relies on it); when
+// the step size divides the prompts nothing is ever deferred.
 func stepPrompts(ps []dataset.Prompt, n int, seed uint64, step int) []dataset.Prompt {
 	if n <= 0 || n > len(ps) {
 		n = len(ps)
 	}
-	out := make([]dataset.Prompt, 0, n)
-	for i := 0; i < n; i++ {
-		k := (step-1)*n + i
-		pass, j := k/len(ps), k%len(ps)
-		perm := rand.New(rand.NewPCG(seed, uint64(pass)+0x9e3779b9)).Perm(len(ps))
-		out = append(out, ps[perm[j]])
+	pass, pos := 0, 0
+	perm := passOrder(len(ps), seed, pass)
+	var deferred, picked []int
+	for s := 1; s <= step; s++ {
+		queue := deferred
+		deferred, picked = nil, picked[:0]
+		in := make(map[int]bool, n)
+		for len(picked) < n {
+			var k int
+			if len(queue) > 0 {
+				k, queue = queue[0], queue[1:]
+			} else {
+				if pos == len(ps) {
+					pass, pos = pass+1, 0
+					perm = passOrder(len(ps), seed, pass)
+				}
+				k, pos = perm[pos], pos+1
+			}
+			if in[k] {
+				deferred = append(deferred, k)
+				continue
+			}
+			in[k] = true
+			picked = append(picked, k)
+		}
+		deferred = append(queue, deferred...)
+	}
+	out := make([]dataset.Prompt, len(picked))
+	for i, k := range picked {
+		out[i] = ps[k]
 	}
 	return out
 }
 
-func readPrompts(path string) ([]dataset.Prompt, error) {
+// passOrder is the shuffled order of one pass over n prompts.
+func passOrder(n int, seed uint64, pass int) []int {
+	return rand.New(rand.NewPCG(seed, uint64(pass)+0x9e3779b9)).Perm(n)
+}
+
+// readPrompts reads a prompt file and refuses one whose ids repeat: scoring
+// groups completions by prompt id, so two prompts with one id would merge
+// into one group.
+func readPrompts(path, fieldMap string) ([]dataset.Prompt, error) {
 	if path == "" {
 		return nil, errors.New("no training prompts given ([data] train)")
 	}
-	ps, _, _, err := dataset.ReadFile[dataset.Prompt](path, false)
+	pf, err := ReadPromptFile(path, fieldMap, false)
 	if err != nil {
 		return nil, err
 	}
+	ps, lines := pf.Prompts, pf.Lines
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("%s: no prompts", path)
+	}
+	line := make(map[string]int, len(ps))
+	for i, p := range ps {
+		if first, dup := line[p.ID]; dup {
+			return nil, fmt.Errorf("%s: line %d: prompt id %q already used on line %d (ids must be unique)", path, lines[i], p.ID, first)
+		}
+		line[p.ID] = lines[i]
 	}
 	return ps, nil
 }
@@ -379,11 +464,20 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 	cfgPath := filepath.Join(dir, RunConfigFile)
 	old, err := os.ReadFile(cfgPath)
 	switch {
-	case err == nil && !resume:
+	case err == nil && !resume && runStarted(dir):
 		return nil, fmt.Errorf("%s already holds a run: resume it with --resume, or choose another [run] out", dir)
 	case err == nil && resume:
-		if !bytes.Equal(old, buf.Bytes()) {
-			return nil, fmt.Errorf("%s: the run was started with another configuration (%s); resume with the same one", dir, cfgPath)
+		diff, err := runConfigDiff(old, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+		if len(diff) > 0 {
+			return nil, fmt.Errorf("%s: the run was started with another configuration (%s): %v; resume with the same one", dir, cfgPath, diff)
+		}
+		if !bytes.Equal(old, buf.Bytes()) { // more steps: the folder says so
+			if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+				return nil, err
+			}
 		}
 		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
 		if errors.Is(err, os.ErrNotExist) {
@@ -399,13 +493,17 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 		return &ck, nil
 	case errors.Is(err, os.ErrNotExist) && resume:
 		return nil, fmt.Errorf("%s: nothing to resume (no %s)", dir, RunConfigFile)
-	case !errors.Is(err, os.ErrNotExist):
+	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return nil, WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
+	if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+		return nil, err
+	}
+	crashPoint("run-folder-created")
+	return nil, nil
 }
 
 // saveCheckpoint writes the adapter and the optimiser state into a new
@@ -430,10 +528,12 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err := WriteFileAtomic(filepath.Join(tmp, "optimizer.bin"), func(w io.Writer) error { _, err := w.Write(opt); return err }); err != nil {
 		return err
 	}
+	crashPoint("checkpoint-files")
 	os.RemoveAll(final)
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
+	crashPoint("checkpoint-renamed")
 	var prev Checkpoint
 	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil {
 		json.Unmarshal(b, &prev)
@@ -443,6 +543,7 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err := WriteFileAtomic(filepath.Join(dir, CheckpointFile), func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 		return err
 	}
+	crashPoint("checkpoint-recorded")
 	if prev.Dir != "" && prev.Dir != name {
 		os.RemoveAll(filepath.Join(dir, prev.Dir))
 	}

@@ -37,6 +37,17 @@ type ScoreOptions struct {
 	// produced elsewhere) by running a model over them. Without it a reward
 	// that needs confidence rejects such records.
 	TeacherForce func(ctx context.Context, recs []*dataset.Rollout) error
+	// Model, when set (and TeacherForce is not), teacher-forces such
+	// records through this model.
+	Model *Model
+	// Prompts, when set, is the prompt file (any shape ReadPromptFile
+	// reads; PromptMap names the fields of others) that OpenAI responses
+	// take their prompt and answer from when they do not carry them.
+	Prompts   string
+	PromptMap string
+	// Shard, when set, scores only the groups of one shard (shard.go); a
+	// malformed line, which has no prompt id, is counted by shard 0 only.
+	Shard Shard
 }
 
 // NewScoreOptions takes the scoring tables of a config.
@@ -68,6 +79,8 @@ type Summary struct {
 	Out     string `json:"out,omitempty"`
 	Groups  int    `json:"groups"`
 	Records int    `json:"records"`
+	// Shard is "K/N" for one shard's summary (ScoreOptions.Shard).
+	Shard string `json:"shard,omitempty"`
 
 	Verifier            string `json:"verifier"`
 	ConfidenceEstimator string `json:"confidence_estimator"`
@@ -157,6 +170,11 @@ type scorer struct {
 // appearance, and must all have the same size. Errors name file and line.
 func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 	start := time.Now()
+	tf, err := opts.teacherForceHook()
+	if err != nil {
+		return Summary{}, err
+	}
+	opts.TeacherForce = tf
 	s, err := newScorer(opts)
 	if err != nil {
 		return Summary{}, err
@@ -165,6 +183,7 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
+	recs = shardFilter(opts.Shard, recs, func(sr **scoreRecord) string { return (*sr).rec.PromptID })
 	forced, err := s.teacherForce(ctx, recs)
 	if err != nil {
 		return Summary{}, err
@@ -178,11 +197,13 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 		return Summary{}, err
 	}
 	recs = dropBad(recs) // the groups of the wrong size
-	if len(recs) == 0 {
+	// A shard may hold no prompt.
+	if len(recs) == 0 && !opts.Shard.Enabled() {
 		return Summary{}, fmt.Errorf("%s: no records to score", opts.In)
 	}
 	out, sum := s.score(recs, groups)
 	sum.TeacherForced = forced
+	sum.Shard = opts.Shard.String()
 	if opts.Out != "" {
 		if err := writeScored(opts.Out, out); err != nil {
 			return Summary{}, err
@@ -210,6 +231,21 @@ func newScorer(opts ScoreOptions) (*scorer, error) {
 	}
 	if s.advantage, err = confclip.LookupAdvantage(opts.Advantage.Estimator); err != nil {
 		return nil, err
+	}
+	switch sc := opts.Advantage.Scale; {
+	case sc == "" || sc == confclip.ScaleGroup:
+	case sc != confclip.ScaleBatch && sc != confclip.ScaleNone:
+		return nil, fmt.Errorf("unknown advantage.scale %q (want one of %v)", sc, confclip.ScaleNames())
+	case opts.Advantage.Estimator != "grpo":
+		return nil, fmt.Errorf("advantage.scale %q scales the grpo estimator; advantage.estimator is %q", sc, opts.Advantage.Estimator)
+	case sc == confclip.ScaleNone:
+		s.advantage = confclip.DrGRPO
+	}
+	if err := opts.Shard.Check(); err != nil {
+		return nil, err
+	}
+	if opts.Shard.Enabled() && opts.Advantage.Scale == confclip.ScaleBatch {
+		return nil, fmt.Errorf("advantage.scale %q needs every group's rewards, so it cannot be scored in shards", confclip.ScaleBatch)
 	}
 	s.shaping = confclip.Shaping{FormatWeight: rc.FormatWeight, Overlong: rc.Overlong, MaxLen: rc.MaxLen, CacheLen: rc.CacheLen}
 	if err := s.shaping.Check(); err != nil {
@@ -243,6 +279,9 @@ func (s *scorer) read() ([]*scoreRecord, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if recs, ok, err := s.readOpenAI(); ok || err != nil {
+		return recs, err // OpenAI responses (completions.go)
+	}
 	r := dataset.NewReader(f, s.opts.In)
 	var recs []*scoreRecord
 	for {
@@ -252,6 +291,9 @@ func (s *scorer) read() ([]*scoreRecord, error) {
 			return recs, nil
 		}
 		if le := (*dataset.LineError)(nil); errors.As(err, &le) {
+			if s.opts.Shard.K != 0 {
+				continue
+			}
 			if err := s.fail(badJSON, 1, err); err != nil {
 				return nil, err
 			}
@@ -261,6 +303,9 @@ func (s *scorer) read() ([]*scoreRecord, error) {
 			return nil, err
 		}
 		sr.line = r.Line()
+		if !s.opts.Shard.Has(sr.rec.PromptID) {
+			continue
+		}
 		if kind, err := s.check(sr); err != nil {
 			if err := s.fail(kind, 1, s.lineError(sr, err)); err != nil {
 				return nil, err
@@ -373,7 +418,9 @@ func (s *scorer) teacherForce(ctx context.Context, recs []*scoreRecord) (int, er
 	var need []*dataset.Rollout
 	var srs []*scoreRecord
 	for _, sr := range recs {
-		if len(sr.rec.Logprobs) == 0 || !s.hasConfidenceInput(&sr.rec) {
+		// Records without token ids (log-probs from another server) are
+		// tokenized too, so that they can be exported.
+		if len(sr.rec.Logprobs) == 0 || !s.hasConfidenceInput(&sr.rec) || len(sr.rec.Tokens) == 0 || len(sr.rec.PromptTokens) == 0 {
 			need = append(need, &sr.rec)
 			srs = append(srs, sr)
 		}
@@ -490,7 +537,12 @@ func (s *scorer) group(recs []*scoreRecord) ([][]*scoreRecord, error) {
 	kept := groups[:0]
 	for _, g := range groups {
 		if len(g) == want {
-			kept = append(kept, g)
+			if err := s.checkSamples(g); err != nil {
+				return nil, err
+			}
+			if g[0].bad == nil {
+				kept = append(kept, g)
+			}
 			continue
 		}
 		first := g[0]
@@ -507,6 +559,35 @@ func (s *scorer) group(recs []*scoreRecord) ([][]*scoreRecord, error) {
 	return kept, nil
 }
 
+// checkSamples checks that a group's sample indices are 0..len(g)-1, each
+// once (a -1, a 1e9 or a repeated index means the file was put together
+// wrongly). A bad group's records are all marked bad.
+func (s *scorer) checkSamples(g []*scoreRecord) error {
+	seen := make(map[int]*scoreRecord, len(g))
+	for _, sr := range g {
+		var err error
+		if n := sr.rec.Sample; n < 0 || n >= len(g) {
+			err = fmt.Errorf("prompt %q: sample %d outside 0..%d (its group has %d completions)", sr.rec.PromptID, n, len(g)-1, len(g))
+		} else if first, dup := seen[n]; dup {
+			err = fmt.Errorf("prompt %q: sample %d appears twice (also on line %d)", sr.rec.PromptID, n, first.line)
+		}
+		seen[sr.rec.Sample] = sr
+		if err == nil {
+			continue
+		}
+		err = s.lineError(sr, err)
+		if err := s.fail(badRecord, len(g), err); err != nil {
+			return err
+		}
+		s.skipped.Groups++
+		for _, r := range g {
+			r.bad, r.kind = err, badRecord
+		}
+		return nil
+	}
+	return nil
+}
+
 // score computes confidence, reward and advantage group by group.
 func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset.Scored, Summary) {
 	o := s.opts
@@ -516,6 +597,7 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 		Advantage: o.Advantage.Estimator,
 	}
 	rewards := make([][]float64, len(groups))
+	advs, truncs := make([][]float64, len(groups)), make([][]bool, len(groups))
 	binary := make([][]float64, len(groups))
 	correct := make([][]bool, len(groups))
 	lengths := make([][]int, len(groups))
@@ -557,9 +639,21 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 		for j, sr := range g {
 			sr.out.Reward, sr.out.Advantage = r[j], a[j]
 		}
-		rewards[gi] = r
+		rewards[gi], advs[gi], truncs[gi] = r, a, truncated
 		binary[gi] = make([]float64, n)
 		confclip.Binary(binary[gi], v)
+	}
+	if o.Advantage.Scale == confclip.ScaleBatch {
+		// The batch's std needs every group's rewards: a second pass.
+		confclip.GRPOBatch(advs, rewards)
+		for gi, g := range groups {
+			if o.Advantage.MaskTruncated {
+				confclip.MaskTruncated(advs[gi], truncs[gi])
+			}
+			for j, sr := range g {
+				sr.out.Advantage = advs[gi][j]
+			}
+		}
 	}
 	out := make([]*dataset.Scored, len(recs))
 	for i, sr := range recs {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/llama"
@@ -17,7 +19,9 @@ func TrainerConfig(cfg Config) train.Config {
 	t := cfg.Train
 	return train.Config{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay,
 		GradClip: t.GradClip, LossAgg: t.LossAgg, MaxTokens: cfg.Rollout.MaxTokens,
-		MicroBatchTokens: t.MicroBatch, Threads: cfg.Model.Threads}
+		MicroBatchTokens: t.MicroBatch, Threads: cfg.Model.Threads,
+		Iterations: t.Iterations, EpsLow: t.Epsilon, EpsHigh: t.EpsilonHigh, Beta: t.Beta,
+		Schedule: t.Schedule, WarmupSteps: t.WarmupSteps, TotalSteps: cfg.Run.Steps * max(t.Iterations, 1)}
 }
 
 // LoRAConfig maps the [train] table onto a new adapter's settings.
@@ -44,13 +48,73 @@ type TrainSummary struct {
 	NewAdapter bool              `json:"new_adapter"`
 }
 
-// Examples converts exported records into the trainer's examples.
+// Examples converts exported records into the trainer's examples: a
+// completion whose mask is all zeros is masked (out of the loss and its
+// denominators), and old_logprobs become the ratio's old log-probs.
 func Examples(recs []dataset.TrainExample) []train.Example {
 	exs := make([]train.Example, len(recs))
 	for i, r := range recs {
-		exs[i] = train.Example{Prompt: r.PromptIDs, Completion: r.CompletionIDs, Advantage: r.Advantage}
+		exs[i] = train.Example{Prompt: r.PromptIDs, Completion: r.CompletionIDs, Advantage: r.Advantage,
+			Masked: len(r.CompletionMask) > 0 && !slices.Contains(r.CompletionMask, 1)}
+		if len(r.OldLogprobs) == len(r.CompletionIDs) {
+			old := make([]float32, len(r.OldLogprobs))
+			for k, v := range r.OldLogprobs {
+				old[k] = float32(v)
+			}
+			exs[i].OldLogProbs = old
+		}
 	}
 	return exs
+}
+
+// CheckTrainExamples checks that every example's columns match its tokens
+// (docs/export.md): a completion, completion_mask and advantages of one
+// entry per completion token (when present), a mask of zeros and ones that
+// keeps all tokens or none (the trainer weighs whole completions), the same
+// advantage on every token as in advantage, and finite numbers. The error
+// names the file, the record (1-based) and its prompt and sample.
+func CheckTrainExamples(path string, recs []dataset.TrainExample) error {
+	for i, r := range recs {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%s: record %d (prompt %q sample %d): %s", path, i+1, r.PromptID, r.Sample, fmt.Sprintf(format, args...))
+		}
+		n := len(r.CompletionIDs)
+		switch {
+		case len(r.PromptIDs) == 0:
+			return bad("no prompt_ids")
+		case n == 0:
+			return bad("no completion_ids")
+		case len(r.CompletionMask) > 0 && len(r.CompletionMask) != n:
+			return bad("completion_mask has %d entries for %d completion tokens", len(r.CompletionMask), n)
+		case len(r.Advantages) > 0 && len(r.Advantages) != n:
+			return bad("advantages has %d entries for %d completion tokens", len(r.Advantages), n)
+		case len(r.OldLogprobs) > 0 && len(r.OldLogprobs) != n:
+			return bad("old_logprobs has %d entries for %d completion tokens", len(r.OldLogprobs), n)
+		case math.IsNaN(r.Advantage) || math.IsInf(r.Advantage, 0):
+			return bad("advantage %v is not a finite number", r.Advantage)
+		}
+		ones := 0
+		for k, v := range r.CompletionMask {
+			if v != 0 && v != 1 {
+				return bad("completion_mask[%d] = %d: want 0 or 1", k, v)
+			}
+			ones += int(v)
+		}
+		if ones != 0 && ones != len(r.CompletionMask) {
+			return bad("completion_mask keeps %d of %d tokens: the trainer takes a whole completion or none", ones, n)
+		}
+		for k, v := range r.Advantages {
+			if v != r.Advantage {
+				return bad("advantages[%d] = %v differs from advantage = %v: the trainer takes one advantage per completion", k, v, r.Advantage)
+			}
+		}
+		for k, v := range r.OldLogprobs {
+			if math.IsNaN(v) || v > 0 {
+				return bad("old_logprobs[%d] = %v: not a log-probability", k, v)
+			}
+		}
+	}
+	return nil
 }
 
 // Train runs policy-gradient steps on a LoRA adapter over an exported
@@ -73,6 +137,9 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	}
 	if len(recs) == 0 {
 		return sum, fmt.Errorf("%s: no training examples", o.Data)
+	}
+	if err := CheckTrainExamples(o.Data, recs); err != nil {
+		return sum, err
 	}
 	sum.Examples = len(recs)
 	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers})

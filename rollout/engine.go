@@ -206,6 +206,9 @@ func (e *Engine) ensureContext(nctx int) error {
 	}
 	e.ctx = c
 	e.batch = llama.NewBatch(e.o.NBatch, e.o.Parallel)
+	if err := e.batch.Err(); err != nil {
+		return err
+	}
 	return e.applyAdapter()
 }
 
@@ -317,6 +320,20 @@ func (e *Engine) prepare(prompts []dataset.Prompt, st *Stats) []*group {
 func (e *Engine) render(p *dataset.Prompt) (string, bool, error) {
 	if len(p.Messages) == 0 && p.Prompt == "" {
 		return "", false, errors.New("empty prompt (no prompt text and no messages)")
+	}
+	// Text that is not UTF-8 would be tokenized as replacement characters:
+	// a bad prompt (docs/rollout.md), whether the reader saw it (BadText)
+	// or a caller passed it.
+	if p.BadText != "" {
+		return "", false, errors.New(p.BadText)
+	}
+	if bad := dataset.InvalidUTF8([]byte(p.Prompt)); bad != "" {
+		return "", false, fmt.Errorf("prompt text is %s", bad)
+	}
+	for i, m := range p.Messages {
+		if bad := dataset.InvalidUTF8([]byte(m.Role + m.Content)); bad != "" {
+			return "", false, fmt.Errorf("message %d is %s", i+1, bad)
+		}
 	}
 	if len(p.Messages) == 0 && !e.o.Chat {
 		return p.Prompt, false, nil

@@ -21,7 +21,7 @@ func loadModel(t testing.TB, path string) *llama.Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	t.Cleanup(func() { m.Close() })
 	return m
 }
 

@@ -130,12 +130,61 @@ func Generate(seed uint64, n int, opts Options) []Problem {
 	return ps
 }
 
-// Split puts the first heldOut problems in eval and the rest in train, so
-// the held-out set stays the same when n grows. Problems from Generate have
-// distinct prompts, so the two sets are disjoint.
-func Split(ps []Problem, heldOut int) (train, eval []Problem) {
+// Split draws heldOut problems for eval and leaves the rest for train, by a
+// seeded shuffle stratified by Op: each kind of problem is held out in
+// proportion to its share of ps (largest remainders), so that the held-out
+// set is a sample of the task and never, say, the kinds Generate happens to
+// exhaust first. Both sets come back in a seeded random order (train[:k] is
+// then a random sample of train too). Problems from Generate have distinct
+// prompts, so the two sets are disjoint.
+func Split(ps []Problem, heldOut int, seed uint64) (train, eval []Problem) {
 	heldOut = max(0, min(heldOut, len(ps)))
-	return ps[heldOut:], ps[:heldOut]
+	rng := rand.New(rand.NewPCG(seed, 0x73706c6974)) // "split"
+	var kinds []Op
+	strata := map[Op][]Problem{}
+	for _, p := range ps {
+		if _, ok := strata[p.Op]; !ok {
+			kinds = append(kinds, p.Op)
+		}
+		strata[p.Op] = append(strata[p.Op], p)
+	}
+	// Quotas: the floor of each kind's share, then one more to the kinds
+	// with the largest remainders (ties to the first kind seen).
+	quota := map[Op]int{}
+	type rem struct {
+		op   Op
+		frac float64
+	}
+	var rems []rem
+	given := 0
+	for _, op := range kinds {
+		exact := float64(heldOut) * float64(len(strata[op])) / float64(len(ps))
+		quota[op] = int(exact)
+		given += quota[op]
+		rems = append(rems, rem{op, exact - float64(quota[op])})
+	}
+	slices.SortStableFunc(rems, func(a, b rem) int {
+		switch {
+		case a.frac > b.frac:
+			return -1
+		case a.frac < b.frac:
+			return 1
+		}
+		return 0
+	})
+	for i := 0; given < heldOut; i++ {
+		quota[rems[i].op]++
+		given++
+	}
+	for _, op := range kinds {
+		s := slices.Clone(strata[op])
+		rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] })
+		eval = append(eval, s[:quota[op]]...)
+		train = append(train, s[quota[op]:]...)
+	}
+	rng.Shuffle(len(eval), func(i, j int) { eval[i], eval[j] = eval[j], eval[i] })
+	rng.Shuffle(len(train), func(i, j int) { train[i], train[j] = train[j], train[i] })
+	return train, eval
 }
 
 // Corpus is the supervised pre-training text: one prompt+solution per

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -189,7 +190,7 @@ func TestCharacters(t *testing.T) {
 
 func TestSplit(t *testing.T) {
 	ps := Generate(1, 300, Options{})
-	train, eval := Split(ps, 50)
+	train, eval := Split(ps, 50, 7)
 	if len(train) != 250 || len(eval) != 50 {
 		t.Fatalf("split 300/50: %d train, %d eval", len(train), len(eval))
 	}
@@ -202,11 +203,41 @@ func TestSplit(t *testing.T) {
 			t.Fatalf("%q is in both train and eval", p.Prompt)
 		}
 	}
-	if _, e := Split(Generate(1, 600, Options{}), 50); !reflect.DeepEqual(e, eval) {
-		t.Error("the held-out set changes with n")
+	if tr, e := Split(ps, 50, 7); !reflect.DeepEqual(e, eval) || !reflect.DeepEqual(tr, train) {
+		t.Error("the same seed gives another split")
 	}
-	if tr, e := Split(ps[:10], 50); len(tr) != 0 || len(e) != 10 {
+	if _, e := Split(ps, 50, 8); reflect.DeepEqual(e, eval) {
+		t.Error("another seed gives the same held-out set")
+	}
+	if tr, e := Split(ps[:10], 50, 1); len(tr) != 0 || len(e) != 10 {
 		t.Errorf("held out beyond n: %d train, %d eval", len(tr), len(e))
+	}
+}
+
+// TestSplitStratified reproduces the demo's finding: with small operands
+// Generate runs out of distinct additions and multiplications early, so
+// the first 200 problems (the old split's held-out set) were 102 bare
+// "a+b"/"a*b" problems out of 200 though such problems are a few percent of
+// the task. The held-out set must hold each kind in its share of the task.
+func TestSplitStratified(t *testing.T) {
+	ps := Generate(1, 4000, Options{MaxOperand: 9, MaxWordOperand: 9, Ops: []Op{Add, Mul, Word}})
+	count := func(s []Problem) map[Op]int {
+		n := map[Op]int{}
+		for _, p := range s {
+			n[p.Op]++
+		}
+		return n
+	}
+	all := count(ps)
+	for _, seed := range []uint64{1, 2, 3} {
+		_, eval := Split(ps, 200, seed)
+		got := count(eval)
+		for op, n := range all {
+			want := 200 * float64(n) / float64(len(ps))
+			if math.Abs(float64(got[op])-want) > 1 {
+				t.Errorf("seed %d: %d %s problems held out, want %.1f (their share of %d problems)", seed, got[op], op, want, len(ps))
+			}
+		}
 	}
 }
 

@@ -33,7 +33,7 @@ func load(t testing.TB, noMmap bool) *llama.Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	t.Cleanup(func() { m.Close() })
 	return m
 }
 
@@ -49,7 +49,7 @@ func newAdapter(t testing.TB, m *llama.Model, randomB bool) *llama.Adapter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(a.Close)
+	t.Cleanup(func() { a.Close() })
 	if randomB {
 		ps, _, err := AdapterParams(a)
 		if err != nil {

@@ -7,17 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/confclip/confclip/llama"
-)
-
-// Loss aggregations (METHOD.md "Loss for the training step").
-const (
-	TokenMean           = "token_mean"              // Z = sum_i T_i (DAPO)
-	SeqMeanTokenMean    = "seq_mean_token_mean"     // per sequence / T_i, then / G (GRPO)
-	SeqMeanTokenSumNorm = "seq_mean_token_sum_norm" // Z = G * max_tokens (Dr. GRPO)
 )
 
 // Config is the optimiser and batching setup.
@@ -34,6 +28,20 @@ type Config struct {
 	// step accumulates gradients over as many micro-batches as it needs.
 	MicroBatchTokens int
 	Threads          int
+	// Iterations is mu, the updates Update makes on one batch (0 = 1).
+	Iterations int
+	// EpsLow and EpsHigh bound the importance ratio to [1-EpsLow,
+	// 1+EpsHigh] (PPO's clip; DAPO's clip-higher); EpsHigh 0 = EpsLow.
+	EpsLow, EpsHigh float64
+	// Beta weighs the k3 KL to the reference (the base model without the
+	// adapter); 0 = no KL term and no reference forward.
+	Beta float64
+	// Schedule (constant, linear, cosine) and WarmupSteps shape the
+	// learning rate over the updates; TotalSteps is the number of updates
+	// the decays end at (a run's steps times Iterations).
+	Schedule    string
+	WarmupSteps int
+	TotalSteps  int
 }
 
 // DefaultConfig is AdamW with lr 1e-4, clipping at 1, token_mean.
@@ -46,33 +54,64 @@ type Example struct {
 	Prompt     []llama.Token
 	Completion []llama.Token
 	Advantage  float64
+	// Masked leaves the completion out of the loss and out of its
+	// denominators (advantage.mask_truncated).
+	Masked bool
+	// OldLogProbs are the log-probabilities of the policy that sampled the
+	// completion, for the importance ratio; nil means the current
+	// parameters sampled it (the first update on fresh rollouts, ratio 1).
+	OldLogProbs []float32
+	// RefLogProbs are the reference model's (without the adapter), for the
+	// KL term; Step fills them in when Beta > 0 and they are nil.
+	RefLogProbs []float32
 }
 
 // StepStats describes one training step.
 type StepStats struct {
-	Loss         float64 `json:"loss"`      // L of METHOD.md (before the update)
-	GradNorm     float64 `json:"grad_norm"` // global L2 norm before clipping
-	Clipped      bool    `json:"clipped"`
+	// Loss is what the training evaluation minimised, -sum_t w_t log p_t
+	// with this update's token weights; its gradient is Objective's.
+	Loss float64 `json:"loss"`
+	// Objective is METHOD.md's L (clipped ratio and KL terms, aggregated)
+	// at the parameters before the update; ClipFrac is the fraction of
+	// unmasked completion tokens whose ratio was clipped, KL the mean k3 KL.
+	Objective float64 `json:"objective"`
+	ClipFrac  float64 `json:"clip_frac"`
+	KL        float64 `json:"kl"`
+	LR        float64 `json:"lr"`        // the learning rate of this update
+	GradNorm  float64 `json:"grad_norm"` // global L2 norm before clipping
+	Clipped   bool    `json:"clipped"`
+	// Skipped: every advantage was zero (or every completion masked), so
+	// nothing was evaluated and neither the adapter nor the optimiser's
+	// moments moved.
+	Skipped bool `json:"skipped"`
+	// Forwards counts the gradient-free forward passes this update needed
+	// besides the training evaluation (current log-probs for the ratio or
+	// the KL; the reference's).
+	Forwards     int     `json:"forwards"`
 	Sequences    int     `json:"sequences"`
 	Tokens       int     `json:"tokens"` // completion tokens
 	AllTokens    int     `json:"all_tokens"`
 	MicroBatches int     `json:"micro_batches"`
 	Seconds      float64 `json:"seconds"`
 	TokensPerSec float64 `json:"tokens_per_s"` // all tokens (prompt and completion) through forward+backward
+	// LogProbs are the completion tokens' log-probabilities at the
+	// parameters before the update, example by example.
+	LogProbs [][]float32 `json:"-"`
 }
 
 // Trainer owns a training context and the AdamW state of its parameters.
 // It is used by one goroutine at a time.
 type Trainer struct {
-	cfg    Config
-	model  *llama.Model
-	ctx    *llama.Context
-	params []*llama.Param
-	values [][]float32 // current parameter values (mirrors llama.cpp's)
-	grads  [][]float32 // this step's gradient
-	mgrad  [][]float32 // per micro-batch gradient buffer
-	m, v   [][]float32 // AdamW moments
-	step   int64
+	cfg     Config
+	model   *llama.Model
+	ctx     *llama.Context
+	adapter *llama.Adapter // nil for full-parameter training
+	params  []*llama.Param
+	values  [][]float32 // current parameter values (mirrors llama.cpp's)
+	grads   [][]float32 // this step's gradient
+	mgrad   [][]float32 // per micro-batch gradient buffer
+	m, v    [][]float32 // AdamW moments
+	step    int64
 }
 
 // NewLoRATrainer trains the adapter's A and B matrices. The adapter must have
@@ -90,6 +129,7 @@ func NewLoRATrainer(m *llama.Model, a *llama.Adapter, cfg Config) (*Trainer, err
 		t.Close()
 		return nil, err
 	}
+	t.adapter = a
 	return t, nil
 }
 
@@ -111,14 +151,25 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	if err := m.CanTrain(); err != nil {
 		return nil, err
 	}
-	switch cfg.LossAgg {
-	case TokenMean, SeqMeanTokenMean:
-	case SeqMeanTokenSumNorm:
-		if cfg.MaxTokens <= 0 {
-			return nil, errors.New("loss aggregation seq_mean_token_sum_norm needs the rollout's max tokens")
-		}
-	default:
-		return nil, fmt.Errorf("unknown loss aggregation %q (want %s, %s or %s)", cfg.LossAgg, TokenMean, SeqMeanTokenMean, SeqMeanTokenSumNorm)
+	agg, err := LossAgg(cfg.LossAgg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.LossAgg = agg
+	if agg == SeqMeanTokenSumNorm && cfg.MaxTokens <= 0 {
+		return nil, errors.New("loss aggregation seq_mean_token_sum_norm needs the rollout's max tokens")
+	}
+	if cfg.Iterations <= 0 {
+		cfg.Iterations = 1
+	}
+	if cfg.EpsHigh == 0 {
+		cfg.EpsHigh = cfg.EpsLow
+	}
+	if cfg.EpsLow < 0 || cfg.EpsLow >= 1 || cfg.EpsHigh < 0 || cfg.Beta < 0 || cfg.WarmupSteps < 0 {
+		return nil, fmt.Errorf("invalid clip band or KL weight: epsilon %g, epsilon_high %g, beta %g, warm-up %d", cfg.EpsLow, cfg.EpsHigh, cfg.Beta, cfg.WarmupSteps)
+	}
+	if _, err := ScheduledLR(cfg.Schedule, cfg.LR, 1, cfg.WarmupSteps, cfg.TotalSteps); err != nil {
+		return nil, err
 	}
 	if cfg.LR <= 0 || cfg.Beta1 < 0 || cfg.Beta1 >= 1 || cfg.Beta2 < 0 || cfg.Beta2 >= 1 || cfg.Eps <= 0 || cfg.WeightDecay < 0 || cfg.GradClip < 0 {
 		return nil, fmt.Errorf("invalid optimiser settings %+v", cfg)
@@ -156,31 +207,35 @@ func (t *Trainer) Params() []*llama.Param { return t.params }
 // Config is the trainer's configuration (with MicroBatchTokens as used).
 func (t *Trainer) Config() Config { return t.cfg }
 
-// weights gives each example's per-token loss weight w_i = A_i / Z_i, so
-// that L = -sum_i w_i sum_t log p (METHOD.md).
+// norms gives each example's factor z_i of the aggregation (0 for a masked
+// one).
+func (t *Trainer) norms(exs []Example) ([]float64, error) {
+	lens, masked := make([]int, len(exs)), make([]bool, len(exs))
+	for i, e := range exs {
+		lens[i], masked[i] = len(e.Completion), e.Masked
+	}
+	return SeqNorms(t.cfg.LossAgg, lens, masked, t.cfg.MaxTokens)
+}
+
+// weights gives each example's per-token loss weight on the first update of
+// fresh rollouts without a KL term, w_i = A_i * z_i, so that
+// L = -sum_i w_i sum_t log p (METHOD.md).
 func (t *Trainer) weights(exs []Example) []float64 {
+	z, err := t.norms(exs)
 	w := make([]float64, len(exs))
-	g := float64(len(exs))
-	total := 0
-	for _, e := range exs {
-		total += len(e.Completion)
+	if err != nil {
+		return w
 	}
 	for i, e := range exs {
-		switch t.cfg.LossAgg {
-		case TokenMean:
-			w[i] = e.Advantage / float64(total)
-		case SeqMeanTokenMean:
-			w[i] = e.Advantage / (float64(len(e.Completion)) * g)
-		case SeqMeanTokenSumNorm:
-			w[i] = e.Advantage / (g * float64(t.cfg.MaxTokens))
-		}
+		w[i] = e.Advantage * z[i]
 	}
 	return w
 }
 
 // microBatches packs examples, in order, into micro-batches of at most
-// MicroBatchTokens tokens.
-func (t *Trainer) microBatches(exs []Example, w []float64) ([][]llama.PGSeq, error) {
+// MicroBatchTokens tokens, each sequence with its weight w[i] or, where
+// tokenW[i] is given, its tokens' weights.
+func (t *Trainer) microBatches(exs []Example, w []float64, tokenW [][]float32) ([][]llama.PGSeq, error) {
 	var out [][]llama.PGSeq
 	var cur []llama.PGSeq
 	n := 0
@@ -206,7 +261,14 @@ func (t *Trainer) microBatches(exs []Example, w []float64) ([][]llama.PGSeq, err
 			out = append(out, cur)
 			cur, n = nil, 0
 		}
-		cur = append(cur, llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt), Weight: float32(w[i])})
+		seq := llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt)}
+		if w != nil {
+			seq.Weight = float32(w[i])
+		}
+		if tokenW != nil {
+			seq.TokenWeights = tokenW[i]
+		}
+		cur = append(cur, seq)
 		n += len(toks)
 	}
 	if len(cur) > 0 {
@@ -219,24 +281,78 @@ func (t *Trainer) microBatches(exs []Example, w []float64) ([][]llama.PGSeq, err
 // micro-batches) without changing the parameters. The gradient is in
 // Grads() until the next call.
 func (t *Trainer) Gradient(ctx context.Context, exs []Example) (StepStats, error) {
-	start := time.Now()
 	if len(exs) == 0 {
 		return StepStats{}, errors.New("no training examples")
 	}
-	w := t.weights(exs)
-	mbs, err := t.microBatches(exs, w)
+	z, err := t.norms(exs)
 	if err != nil {
 		return StepStats{}, err
+	}
+	return t.gradient(ctx, exs, z)
+}
+
+// gradient is Gradient with the aggregation's factors z. It needs the
+// current log-probabilities before the backward pass only when the weights
+// depend on them: an importance ratio against given old log-probs, or the
+// KL term; then a gradient-free forward comes first.
+func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (StepStats, error) {
+	start := time.Now()
+	obj := Objective{EpsLow: t.cfg.EpsLow, EpsHigh: t.cfg.EpsHigh, Beta: t.cfg.Beta}
+	adv := make([]float64, len(exs))
+	var old, ref [][]float32
+	for i, e := range exs {
+		adv[i] = e.Advantage
+		if e.OldLogProbs != nil {
+			if old == nil {
+				old = make([][]float32, len(exs))
+			}
+			old[i] = e.OldLogProbs
+		}
+	}
+	st := StepStats{Sequences: len(exs)}
+	if obj.Beta > 0 {
+		if err := t.fillReference(exs); err != nil {
+			return st, err
+		}
+		st.Forwards++
+		ref = make([][]float32, len(exs))
+		for i, e := range exs {
+			ref[i] = e.RefLogProbs
+		}
+	}
+	var w []float64
+	var tokenW [][]float32
+	if old != nil || obj.Beta > 0 {
+		cur, err := t.LogProbs(exs)
+		if err != nil {
+			return st, err
+		}
+		st.Forwards++
+		bl, err := obj.Loss(adv, cur, old, ref, z)
+		if err != nil {
+			return st, err
+		}
+		tokenW = bl.Weights
+		st.Objective, st.ClipFrac, st.KL = bl.Loss, bl.ClipFrac, bl.MeanKL
+	} else {
+		w = make([]float64, len(exs))
+		for i := range exs {
+			w[i] = adv[i] * z[i]
+		}
+	}
+	mbs, err := t.microBatches(exs, w, tokenW)
+	if err != nil {
+		return st, err
 	}
 	for _, g := range t.grads {
 		clear(g)
 	}
-	st := StepStats{Sequences: len(exs), MicroBatches: len(mbs)}
+	st.MicroBatches = len(mbs)
 	for _, mb := range mbs {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		loss, _, err := t.ctx.PGEval(mb, t.params, t.mgrad)
+		loss, lp, err := t.ctx.PGEval(mb, t.params, t.mgrad)
 		if err != nil {
 			return st, err
 		}
@@ -248,9 +364,21 @@ func (t *Trainer) Gradient(ctx context.Context, exs []Example) (StepStats, error
 			}
 		}
 		for _, s := range mb {
-			st.Tokens += len(s.Tokens) - s.NPrompt
+			k := len(s.Tokens) - s.NPrompt
+			st.LogProbs = append(st.LogProbs, lp[:k])
+			lp = lp[k:]
+			st.Tokens += k
 			st.AllTokens += len(s.Tokens)
 		}
+	}
+	if tokenW == nil {
+		// Weights did not need the log-probs: the objective (ratio 1, no
+		// KL) comes from the training evaluation's own forward.
+		bl, err := obj.Loss(adv, st.LogProbs, nil, nil, z)
+		if err != nil {
+			return st, err
+		}
+		st.Objective = bl.Loss
 	}
 	var sq float64
 	for _, g := range t.grads {
@@ -266,15 +394,75 @@ func (t *Trainer) Gradient(ctx context.Context, exs []Example) (StepStats, error
 	return st, nil
 }
 
+// fillReference computes the reference log-probs (the base model: the
+// adapter removed for one gradient-free forward) of the examples that lack
+// them.
+func (t *Trainer) fillReference(exs []Example) error {
+	var need []int
+	for i, e := range exs {
+		if e.RefLogProbs == nil {
+			need = append(need, i)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	if t.adapter == nil {
+		return errors.New("train.beta > 0 needs a LoRA adapter: the reference is the model without it")
+	}
+	sub := make([]Example, len(need))
+	for k, i := range need {
+		sub[k] = exs[i]
+	}
+	t.ctx.ClearAdapters()
+	lp, err := t.LogProbs(sub)
+	if serr := t.ctx.SetAdapter(t.adapter, 1); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("reference log-probs: %w", err)
+	}
+	for k, i := range need {
+		exs[i].RefLogProbs = lp[k]
+	}
+	return nil
+}
+
 // Grads is the gradient of the last Gradient or Step call, one slice per param.
 func (t *Trainer) Grads() [][]float32 { return t.grads }
 
+// zeroSignal reports whether no example carries an advantage (all zero or
+// masked): such a batch has nothing to teach.
+func zeroSignal(exs []Example) bool {
+	for _, e := range exs {
+		if !e.Masked && e.Advantage != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Step runs one optimiser step on the examples: the gradient of METHOD.md's
 // loss accumulated over micro-batches, clipped to GradClip by global norm,
-// then AdamW (decoupled weight decay) on the parameters.
+// then AdamW (decoupled weight decay) on the parameters at the scheduled
+// learning rate. A batch whose advantages are all zero (or whose
+// completions are all masked) is skipped: no evaluation, and neither the
+// parameters nor the AdamW moments move (momentum alone would otherwise
+// keep pushing the adapter with no signal), nor the schedule's count.
+// With Beta > 0 it fills in the examples' RefLogProbs.
 func (t *Trainer) Step(ctx context.Context, exs []Example) (StepStats, error) {
 	start := time.Now()
-	st, err := t.Gradient(ctx, exs)
+	if len(exs) == 0 {
+		return StepStats{}, errors.New("no training examples")
+	}
+	z, err := t.norms(exs)
+	if err != nil {
+		return StepStats{}, err
+	}
+	if zeroSignal(exs) {
+		return StepStats{Sequences: len(exs), Skipped: true}, nil
+	}
+	st, err := t.gradient(ctx, exs, z)
 	if err != nil {
 		return st, err
 	}
@@ -284,10 +472,15 @@ func (t *Trainer) Step(ctx context.Context, exs []Example) (StepStats, error) {
 		st.Clipped = true
 	}
 	t.step++
+	lr, err := ScheduledLR(t.cfg.Schedule, t.cfg.LR, int(t.step), t.cfg.WarmupSteps, t.cfg.TotalSteps)
+	if err != nil {
+		return st, err
+	}
+	st.LR = lr
 	b1, b2 := t.cfg.Beta1, t.cfg.Beta2
 	c1 := 1 - math.Pow(b1, float64(t.step))
 	c2 := 1 - math.Pow(b2, float64(t.step))
-	lr, eps, wd := t.cfg.LR, t.cfg.Eps, t.cfg.WeightDecay
+	eps, wd := t.cfg.Eps, t.cfg.WeightDecay
 	for j, p := range t.params {
 		val, g, m, v := t.values[j], t.grads[j], t.m[j], t.v[j]
 		for k := range val {
@@ -304,11 +497,39 @@ func (t *Trainer) Step(ctx context.Context, exs []Example) (StepStats, error) {
 	return st, nil
 }
 
+// Update makes Iterations updates on one batch of fresh rollouts (mu of
+// METHOD.md). The first is on-policy: the rollouts were sampled with the
+// current parameters, so its ratio is 1 and its own forward gives the old
+// log-probs that the later updates' ratios are taken against (examples
+// that bring OldLogProbs keep theirs). It returns each update's stats; a
+// batch without signal is skipped once.
+func (t *Trainer) Update(ctx context.Context, exs []Example) ([]StepStats, error) {
+	exs = slices.Clone(exs)
+	var out []StepStats
+	for k := 0; k < t.cfg.Iterations; k++ {
+		st, err := t.Step(ctx, exs)
+		if err != nil {
+			return out, fmt.Errorf("update %d of %d: %w", k+1, t.cfg.Iterations, err)
+		}
+		out = append(out, st)
+		if st.Skipped {
+			break
+		}
+		if k == 0 {
+			for i := range exs {
+				if exs[i].OldLogProbs == nil {
+					exs[i].OldLogProbs = st.LogProbs[i]
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // LogProbs evaluates, without gradients, the log-probability of every
 // completion token of each example under the current parameters.
 func (t *Trainer) LogProbs(exs []Example) ([][]float32, error) {
-	zero := make([]float64, len(exs))
-	mbs, err := t.microBatches(exs, zero)
+	mbs, err := t.microBatches(exs, make([]float64, len(exs)), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -75,3 +75,42 @@ func BenchmarkMathRatio(b *testing.B) {
 		fmt.Printf("MATH-style verification takes %.2fx as long as GSM8K-style\n", perOp["MATH"]/perOp["GSM8K"])
 	}
 }
+
+// BenchmarkMathCorpus runs the math verifier over every case of the
+// labelled suite (testdata/math_cases.jsonl: all kinds of answer, right and
+// wrong) and reports the time per case (wall, and CPU of the whole
+// process, garbage collection included), and in "agree" the share of
+// verdicts that match the labels. To compare two versions of the verifier,
+// run this benchmark in both with the same corpus file.
+func BenchmarkMathCorpus(b *testing.B) {
+	cases := loadMathCases(b)
+	v := newMathForTest(b)
+	ctx := context.Background()
+	agree := 0
+	for _, c := range cases {
+		res, err := v.Verify(ctx, c.Completion, c.Reference)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Correct == c.Correct {
+			agree++
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU()
+	for i := 0; i < b.N; i++ {
+		for _, c := range cases {
+			if _, err := v.Verify(ctx, c.Completion, c.Reference); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	n := float64(b.N * len(cases))
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/case")
+	if cpu := processCPU() - cpu0; cpu0 > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/case")
+	}
+	b.ReportMetric(float64(agree)/float64(len(cases)), "agree")
+	b.ReportMetric(float64(len(cases)), "cases")
+}

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -21,21 +24,40 @@ func init() { Register("command", newCommand) }
 //   - the completion is its standard input, the reference is in the
 //     environment variable CONFCLIP_REFERENCE;
 //   - it runs in a fresh temporary directory (also its TMPDIR), removed after;
-//   - it gets Options.MemoryMB of address space and Options.CPUSeconds of
-//     CPU time (set with ulimit by a fixed /bin/sh wrapper that then execs the
-//     argv; no user text is interpreted by the shell), and Options.Timeout of
-//     wall-clock time, after which its whole process group is killed;
+//   - each of its processes gets Options.MemoryMB of address space and
+//     Options.CPUSeconds of CPU time (set with ulimit by a fixed /bin/sh
+//     wrapper that then execs the argv; no user text is interpreted by the
+//     shell); on Linux the resident memory of all its processes together is
+//     also watched and the tree killed when it passes Options.MemoryMB;
+//     0 means no limit, a negative limit is an error;
+//   - its whole process tree is killed at Options.Timeout of wall-clock
+//     time and when it exits: its process group, and on Linux every process
+//     that carries its tag in the environment (which finds descendants that
+//     left the group with setsid or a double fork);
+//   - only the first maxOutput bytes of its stdout and stderr are kept (the
+//     rest is read and dropped); a descendant that keeps the pipes open
+//     cannot hold the verdict up;
 //   - the score is the last line of its standard output when that is a
 //     number in [0, 1]; otherwise exit status 0 scores 1 and any other 0.
 //     Correct means a score of 1.
 //
-// A timeout is a verdict (score 0, Reason "timeout after ..."), not an
-// error; a checker that is not found is an error from New.
+// A timeout or an exceeded limit is a verdict (score 0, with the reason),
+// not an error; a checker that is not found is an error from New. This is
+// not a sandbox: the checker runs as the user, with the user's files and
+// network (see docs/verifiers.md).
 type commandVerifier struct{ opts Options }
 
 func newCommand(opts Options) (Verifier, error) {
 	if len(opts.Command) == 0 {
 		return nil, errors.New("command: set the checker's argv (verifier.command)")
+	}
+	switch {
+	case opts.MemoryMB < 0:
+		return nil, fmt.Errorf("command: memory limit %d MiB: want 0 (none) or more", opts.MemoryMB)
+	case opts.CPUSeconds < 0:
+		return nil, fmt.Errorf("command: CPU limit %d s: want 0 (none) or more", opts.CPUSeconds)
+	case opts.Timeout <= 0:
+		return nil, fmt.Errorf("command: timeout %v: want a positive time limit", opts.Timeout)
 	}
 	// Found now rather than failing every verification later.
 	if _, err := exec.LookPath(opts.Command[0]); err != nil {
@@ -50,6 +72,11 @@ const limitWrapper = `[ -n "$1" ] && { ulimit -v "$1" || exit 125; }; [ -n "$2" 
 
 // maxOutput bounds what is kept of the checker's stdout and stderr.
 const maxOutput = 64 << 10
+
+// checkerTag is the environment variable that marks a checker's processes.
+const checkerTag = "CONFCLIP_CHECKER_ID"
+
+var checkerSeq atomic.Uint64
 
 // Verify implements Verifier.
 func (v *commandVerifier) Verify(ctx context.Context, completion, reference string) (Result, error) {
@@ -70,27 +97,89 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 	if v.opts.CPUSeconds > 0 {
 		cpu = strconv.Itoa(v.opts.CPUSeconds)
 	}
+	tag := fmt.Sprintf("%s=%d-%d", checkerTag, os.Getpid(), checkerSeq.Add(1))
 	args := append([]string{"-c", limitWrapper, "confclip-limit", mem, cpu}, v.opts.Command...)
-	cmd := exec.CommandContext(ctx, "/bin/sh", args...)
+	cmd := exec.Command("/bin/sh", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CONFCLIP_REFERENCE="+reference, "TMPDIR="+dir)
+	cmd.Env = append(os.Environ(), "CONFCLIP_REFERENCE="+reference, "TMPDIR="+dir, tag)
 	cmd.Stdin = strings.NewReader(completion)
-	var stdout, stderr capped
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// The checker leads its own process group so that a timeout kills what
-	// it started too; WaitDelay stops Wait from blocking on a pipe held open
-	// by a grandchild that escaped the group.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
-
-	err = cmd.Run()
-	if cmd.Process != nil {
-		// Background children of a checker that exited are not left behind.
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	// Our own pipes: exec.Cmd would wait for them to close, which a
+	// background descendant can put off for ever.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return noAnswer(""), fmt.Errorf("command: %w", err)
 	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return noAnswer(""), fmt.Errorf("command: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	// The checker leads its own process group, so that killing the group
+	// reaches what it started without setsid.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return noAnswer(""), fmt.Errorf("command %q: %w", v.opts.Command[0], err)
+	}
+	var stdout, stderr capped
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); io.Copy(&stdout, outR) }()
+	go func() { defer readers.Done(); io.Copy(&stderr, errR) }()
+
+	pgid := cmd.Process.Pid
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var memTick <-chan time.Time
+	if v.opts.MemoryMB > 0 && haveProc() {
+		t := time.NewTicker(100 * time.Millisecond) // a sweep of /proc costs milliseconds
+		defer t.Stop()
+		memTick = t.C
+	}
+	overMemory := false
+wait:
+	for {
+		select {
+		case err = <-waited:
+			break wait
+		case <-ctx.Done():
+			killTree(pgid, tag)
+			err = <-waited
+			break wait
+		case <-memTick:
+			if treeRSS(tag) > int64(v.opts.MemoryMB)<<20 {
+				overMemory = true
+				killTree(pgid, tag)
+				err = <-waited
+				break wait
+			}
+		}
+	}
+	// Background descendants of a checker that exited are not left behind.
+	killTree(pgid, tag)
+	done := make(chan struct{})
+	go func() { readers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		// A descendant beyond our reach still holds the pipes: the verdict
+		// is made from what was read.
+	}
+	outR.Close()
+	errR.Close()
+
 	if ctx.Err() != nil {
 		return noAnswer(""), ctx.Err() // guarded turns its own deadline into a verdict
+	}
+	if overMemory {
+		res := noAnswer(fmt.Sprintf("memory limit: the checker's processes held more than %d MiB", v.opts.MemoryMB))
+		return res, nil
 	}
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
@@ -116,6 +205,78 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 	return res, nil
 }
 
+// haveProc reports whether /proc lists processes (Linux).
+func haveProc() bool {
+	_, err := os.Stat("/proc/self/environ")
+	return err == nil
+}
+
+// taggedPIDs lists the live processes whose environment holds tag (the
+// ones this user may read).
+func taggedPIDs(tag string) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte(tag + "\x00")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		if bytes.HasPrefix(env, want) || bytes.Contains(env, append([]byte{0}, want...)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killTree kills the checker's process group, then every process carrying
+// its tag (stopped first, so that none can fork while the others die),
+// until no tagged process is left.
+func killTree(pgid int, tag string) {
+	syscall.Kill(-pgid, syscall.SIGKILL)
+	if !haveProc() {
+		return
+	}
+	for range 20 {
+		pids := taggedPIDs(tag)
+		if len(pids) == 0 {
+			return
+		}
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGSTOP)
+		}
+		for _, p := range pids {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// treeRSS is the resident memory of the tagged processes, in bytes.
+func treeRSS(tag string) int64 {
+	var total int64
+	page := int64(os.Getpagesize())
+	for _, p := range taggedPIDs(tag) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) > 1 {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			total += n * page
+		}
+	}
+	return total
+}
+
 // lastLineScore parses the last non-blank line of out as a score in [0, 1].
 func lastLineScore(out string) (float64, bool) {
 	f, err := strconv.ParseFloat(lastLine(out), 64)
@@ -129,11 +290,23 @@ func lastLine(s string) string {
 
 // capped keeps the first maxOutput bytes written to it and drops the rest
 // (without failing the writer, which would kill the checker with SIGPIPE).
-type capped struct{ bytes.Buffer }
+// It has no ReadFrom: io.Copy would use a buffer's and read without bound.
+type capped struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
 
 func (c *capped) Write(p []byte) (int, error) {
-	if room := maxOutput - c.Len(); room > 0 {
-		c.Buffer.Write(p[:min(len(p), room)])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := maxOutput - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(len(p), room)])
 	}
 	return len(p), nil
+}
+
+func (c *capped) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
 }

@@ -18,6 +18,7 @@ type mathCase struct {
 	Reference  string `json:"reference"`
 	Completion string `json:"completion"`
 	Correct    bool   `json:"correct"`
+	Reason     string `json:"reason,omitempty"` // why the verdict is what it is
 }
 
 func loadMathCases(t testing.TB) []mathCase {
@@ -52,8 +53,18 @@ func newMathForTest(t testing.TB) Verifier {
 // (of the verdict "correct") per category; any miss fails the test.
 func TestMathSuite(t *testing.T) {
 	cases := loadMathCases(t)
-	if len(cases) < 300 {
-		t.Fatalf("suite has %d cases, want at least 300", len(cases))
+	if len(cases) < 800 {
+		t.Fatalf("suite has %d cases, want at least 800", len(cases))
+	}
+	// A category that gives reasons gives one for every verdict.
+	reasoned := map[string]bool{}
+	for _, c := range cases {
+		reasoned[c.Category] = reasoned[c.Category] || c.Reason != ""
+	}
+	for i, c := range cases {
+		if reasoned[c.Category] && c.Reason == "" {
+			t.Errorf("line %d (%s): no reason for the verdict", i+1, c.Category)
+		}
 	}
 	v := newMathForTest(t)
 	type counts struct{ tp, fp, fn, tn int }
@@ -173,6 +184,12 @@ func TestMathLimits(t *testing.T) {
 		{"unbalanced", strings.Repeat(`\boxed{\frac{`, 10000), "1"},
 		{"big exp literal", `\boxed{1e999999999}`, "1"},
 		{"huge input", strings.Repeat("x", 10<<20), "1"},
+		{"long period", `\boxed{0.\overline{` + strings.Repeat("9", 5000) + `}}`, "1"},
+		{"many periods", `\boxed{` + strings.Repeat(`0.\overline{3}+`, 5000) + `0}`, "1"},
+		{"huge power of i", `\boxed{i^{10^{400}}}`, "1"},
+		{"huge complex power", `\boxed{(1+i)^{100000}}`, "(1+i)^{99999}"},
+		{"long chain", `\boxed{` + strings.Repeat("x < ", 10000) + `1}`, strings.Repeat("1 > ", 10000) + "x"},
+		{"many relations", `\boxed{` + strings.Repeat("x < 1 or ", 5000) + `x < 1}`, "x<1"},
 	}
 	for _, h := range hostile {
 		start := time.Now()
@@ -207,7 +224,8 @@ func FuzzMath(f *testing.F) {
 	for _, c := range loadMathCases(f) {
 		f.Add(c.Completion, c.Reference)
 	}
-	for _, s := range []string{`\boxed{\frac{\sqrt{`, `\left(\right]`, `x^{-}`, `\pm\mp\pm`, `#### `, `1e-`, `\sqrt[0]{0}`, `0^{-1}`, `|||`, `\binom{-1}{2}`} {
+	for _, s := range []string{`\boxed{\frac{\sqrt{`, `\left(\right]`, `x^{-}`, `\pm\mp\pm`, `#### `, `1e-`, `\sqrt[0]{0}`, `0^{-1}`, `|||`, `\binom{-1}{2}`,
+		`0.\overline{`, `0.(`, `.\dot{1}2\dot`, `x<<>>=`, `\sqrt{-0}`, `i^{-99999999999}`, `1 \le x \ne 2`, `(1+i)^{-3}`} {
 		f.Add(s, s)
 	}
 	v := newMathForTest(f)

@@ -18,6 +18,8 @@ type value struct {
 	open, close byte    // vSeq delimiters: ( [ and ) ]
 	elems       []value // vSeq, vSet
 	text        string  // vText
+	rel         *relation
+	named       *node // vExpr read from "y = expr": y, so that it can still match an equation
 }
 
 type valueKind uint8
@@ -27,6 +29,7 @@ const (
 	vSeq
 	vSet
 	vEq
+	vRel // an inequality or a chain of them
 	vText
 )
 
@@ -44,6 +47,7 @@ const (
 //	unions           "(-\infty,1) \cup (2,\infty)"  → set of intervals
 //	set braces       "\{1, 2\}"                     → set
 //	bare lists       "1, 2"                         → set (MATH's "all solutions")
+//	inequalities     "x > 3" → 3 < x; "1 \le x < 3"
 //	equations        "x = 3" → 3; "x \in [0,1]" → [0,1]; "y = 2x" vs "2x - y = 0"
 //	tuples/intervals "(1, 2)", "[0, 1)"
 //	expressions      everything else; text when it does not parse
@@ -59,7 +63,11 @@ func parseValue(s string, depth int) value {
 	}
 	for _, sep := range []string{" or ", ";", " and "} {
 		if parts := splitTop(s, sep); len(parts) > 1 {
-			return setOf(parts, depth)
+			v := setOf(parts, depth)
+			if sep == " and " { // "x > 1 and x < 3" is 1 < x < 3, not two answers
+				return andOfBounds(v, s)
+			}
+			return v
 		}
 	}
 	if parts := splitTop(s, `\cup`); len(parts) > 1 {
@@ -70,12 +78,18 @@ func parseValue(s string, depth int) value {
 		if inner == "" {
 			return value{kind: vSet}
 		}
+		if cond, ok := setBuilder(inner); ok { // \{x \mid x > 3\} is x > 3
+			return parseValue(cond, depth+1)
+		}
 		return setOf(splitTop(inner, ","), depth)
 	}
 	if !enclosed(s, 1) {
 		if parts := splitTop(s, ","); len(parts) > 1 {
 			return setOf(parts, depth)
 		}
+	}
+	if v, ok := parseInequality(s); ok {
+		return v
 	}
 	if v, ok := parseRelation(s, depth); ok {
 		return v
@@ -108,13 +122,13 @@ func parseRelation(s string, depth int) (value, bool) {
 		return value{}, false
 	}
 	if isVariable(parts[0]) || isVariableTuple(parts[0]) { // "x = y = 3": the last side is the value
-		return parseValue(parts[len(parts)-1], depth+1), true
+		return withName(parseValue(parts[len(parts)-1], depth+1), parts[0], len(parts) == 2), true
 	}
 	if len(parts) != 2 {
 		return value{kind: vText, text: s}, true
 	}
 	if isVariable(parts[1]) { // "2x + 3 = y"
-		return parseValue(parts[0], depth+1), true
+		return withName(parseValue(parts[0], depth+1), parts[1], true), true
 	}
 	lhs, err1 := parseExpr(parts[0])
 	rhs, err2 := parseExpr(parts[1])
@@ -123,6 +137,39 @@ func parseRelation(s string, depth int) (value, bool) {
 	}
 	return value{kind: vEq, expr: &node{kind: kSub, args: []*node{lhs, rhs}}}, true
 }
+
+// setBuilder returns the condition of a set written "x \mid cond",
+// "x | cond" or "x : cond" (also "x \in \mathbb{R} \mid cond").
+func setBuilder(inner string) (string, bool) {
+	for _, sep := range []string{`\mid`, "|", ":"} {
+		parts := splitTop(inner, sep)
+		if len(parts) != 2 {
+			continue
+		}
+		v := parts[0]
+		if in := splitTop(v, `\in`); len(in) == 2 {
+			v = in[0]
+		}
+		if isVariable(v) {
+			return parts[1], true
+		}
+	}
+	return "", false
+}
+
+// withName keeps the variable an expression was solved for, so that
+// "y = 2x + 1" also matches the equation "2x - y + 1 = 0".
+func withName(v value, name string, ok bool) value {
+	if ok && v.kind == vExpr {
+		if n, err := parseExpr(name); err == nil {
+			v.named = n
+		}
+	}
+	return v
+}
+
+// sameVar reports whether two variable nodes name the same variable.
+func sameVar(a, b *node) bool { return a.kind == b.kind && a.name == b.name }
 
 // isVariable: a letter, a Greek letter or a short name, optionally subscripted.
 func isVariable(s string) bool {
@@ -260,6 +307,19 @@ func (c *comparer) equal(a, b value) bool {
 	if b.kind == vSet && len(b.elems) == 1 {
 		b = b.elems[0]
 	}
+	if a.kind == vRel && b.kind == vSeq { // "x > 3" is (3, \infty)
+		a, b = b, a
+	}
+	if a.kind == vSeq && b.kind == vRel {
+		iv, ok := relInterval(b.rel)
+		return ok && c.equal(a, iv)
+	}
+	if a.kind == vExpr && b.kind == vEq {
+		a, b = b, a
+	}
+	if a.kind == vEq && b.kind == vExpr && b.named != nil {
+		return c.proportional(a.expr, &node{kind: kSub, args: []*node{b.named, b.expr}}, false)
+	}
 	if a.kind != b.kind {
 		return false
 	}
@@ -267,9 +327,16 @@ func (c *comparer) equal(a, b value) bool {
 	case vText:
 		return canonText(a.text) == canonText(b.text)
 	case vExpr:
-		return c.exprEqual(a.expr, b.expr)
+		if c.exprEqual(a.expr, b.expr) {
+			return true
+		}
+		// Solved for different variables: "y = 2x+1" is "x = \frac{y-1}{2}".
+		return a.named != nil && b.named != nil && !sameVar(a.named, b.named) &&
+			c.proportional(&node{kind: kSub, args: []*node{a.named, a.expr}}, &node{kind: kSub, args: []*node{b.named, b.expr}}, false)
 	case vEq:
-		return c.proportional(a.expr, b.expr)
+		return c.proportional(a.expr, b.expr, false)
+	case vRel:
+		return c.relEqual(a.rel, b.rel)
 	case vSeq:
 		if a.open != b.open || a.close != b.close || len(a.elems) != len(b.elems) {
 			return false
@@ -308,8 +375,12 @@ outer:
 // exprEqual compares two expressions: exactly when both are rational
 // numbers, else numerically (relative tolerance) at fixed random points for
 // their variables. A trailing percent sign may be read either way: "50\%"
-// matches both 50 and 0.5.
+// matches both 50 and 0.5. Two percentages compare as percentages, so that
+// "0.5\%" (read as 0.5) is not "50\%" (read as 0.5).
 func (c *comparer) exprEqual(a, b *node) bool {
+	if a.kind == kPercent && b.kind == kPercent {
+		return c.exprEqual1(a.args[0], b.args[0])
+	}
 	for _, x := range percentReadings(a) {
 		for _, y := range percentReadings(b) {
 			if c.exprEqual1(x, y) {
@@ -333,12 +404,18 @@ func (c *comparer) exprEqual1(a, b *node) bool {
 	if okA && okB {
 		return ra.Cmp(rb) == 0
 	}
+	if ga, ok := exactComplex(a); ok {
+		if gb, ok := exactComplex(b); ok {
+			return ga.equal(gb)
+		}
+	}
 	return c.atPoints(a, b, func(x, y complex128) bool { return c.close(x, y) })
 }
 
 // proportional reports whether two equations f = 0 and g = 0 are the same,
-// that is f = k·g for a constant k ≠ 0 ("2x+2y=2" is "x+y=1").
-func (c *comparer) proportional(f, g *node) bool {
+// that is f = k·g for a constant k ≠ 0 ("2x+2y=2" is "x+y=1"). For
+// inequalities f > 0 and g > 0, positive requires k > 0.
+func (c *comparer) proportional(f, g *node, positive bool) bool {
 	var k complex128
 	return c.atPoints(f, g, func(x, y complex128) bool {
 		if c.close(y, 0) {
@@ -346,6 +423,9 @@ func (c *comparer) proportional(f, g *node) bool {
 		}
 		if k == 0 {
 			k = x / y
+			if positive && !(real(k) > 0 && math.Abs(imag(k)) <= c.relTol*cmplx.Abs(k)) {
+				return false
+			}
 			return !c.close(k, 0)
 		}
 		return c.close(x, k*y)
@@ -369,6 +449,11 @@ func (c *comparer) atPoints(a, b *node, same func(x, y complex128) bool) bool {
 	names := make([]string, 0, len(set))
 	for v := range set {
 		names = append(names, v)
+	}
+	// i is the imaginary unit in a numeric answer ("3+4i") but a symbol
+	// among other free symbols ("x_i + i x"): both sides read it one way.
+	if len(names) > 0 && (hasKind(a, kI) || hasKind(b, kI)) {
+		names = append(names, "i")
 	}
 	sort.Strings(names)
 	if len(names) == 0 {

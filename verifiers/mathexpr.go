@@ -319,8 +319,12 @@ func (p *parser) term() *node {
 }
 
 // implicitProduct joins two juxtaposed factors: a product, except an
-// integer before a fraction of integers, which is a mixed number.
+// integer before a fraction of integers, which is a mixed number (also
+// of percent: "12\frac{1}{2}\%" is 12.5%).
 func (p *parser) implicitProduct(left, right *node) *node {
+	if right.kind == kPercent && right.args[0].frac && (left.intLit || left.kind == kNeg && left.args[0].intLit) {
+		return p.mk(kPercent, p.implicitProduct(left, right.args[0]))
+	}
 	if right.frac {
 		if left.intLit {
 			return p.mk(kAdd, left, right)
@@ -717,6 +721,9 @@ func eval(n *node, env map[string]complex128) complex128 {
 	case kInf:
 		return complex(math.Inf(1), 0)
 	case kI:
+		if v, ok := env["i"]; ok { // a symbol here, see atPoints
+			return v
+		}
 		return 1i
 	case kNeg:
 		return -eval(n.args[0], env)
@@ -741,6 +748,7 @@ func eval(n *node, env map[string]complex128) complex128 {
 	case kPow:
 		return cpow(a, eval(n.args[1], env))
 	case kRoot:
+		a = posZero(a)
 		k := eval(n.args[1], env)
 		if k == 2 {
 			return cmplx.Sqrt(a)
@@ -762,13 +770,25 @@ func eval(n *node, env map[string]complex128) complex128 {
 
 // cpow is a^b, exact in sign for integer powers of reals.
 func cpow(a, b complex128) complex128 {
+	a = posZero(a)
 	if imag(a) == 0 && imag(b) == 0 && real(b) == math.Trunc(real(b)) {
 		return complex(math.Pow(real(a), real(b)), 0)
 	}
 	return cmplx.Pow(a, b)
 }
 
+// posZero turns a negative zero imaginary part into +0, so that the
+// principal branch is taken for a negative real: -4 computed as -(4+0i) is
+// -4-0i, whose square root would otherwise be -2i.
+func posZero(z complex128) complex128 {
+	if imag(z) == 0 {
+		return complex(real(z), 0)
+	}
+	return z
+}
+
 func evalFunc(n *node, a complex128, env map[string]complex128) complex128 {
+	a = posZero(a)
 	switch n.name {
 	case "sin":
 		return cmplx.Sin(a)

@@ -1,6 +1,7 @@
 package verifiers
 
 import (
+	"math/big"
 	"regexp"
 	"strings"
 	"unicode"
@@ -12,12 +13,27 @@ import (
 // commands, \boxed, degree signs, units, thousands separators, a final full
 // stop) and spells variants one way (\dfrac → \frac, \frac12 → \frac{1}{2},
 // unicode symbols → commands).
+//
+// Each regular expression runs only where its match can start (a cheap
+// substring test first): most answers are short and plain, and the
+// expressions were a third of the verifier's time.
 func normalizeMath(s string) string {
-	s = unicodeReplacer.Replace(s)
-	s = rewriteMatrices(s) // before the row separator \\ can be taken for spacing
-	s = thinThousandsRE.ReplaceAllString(s, "$1$2")
-	s = sizingRE.ReplaceAllString(s, "")
-	s = latexReplacer.Replace(s)
+	if !isASCII(s) { // every key of unicodeReplacer is non-ASCII
+		s = unicodeReplacer.Replace(s)
+	}
+	if strings.Contains(s, `\begin`) {
+		s = rewriteMatrices(s) // before the row separator \\ can be taken for spacing
+	}
+	if strings.Contains(s, `\,`) || strings.Contains(s, `{,}`) || strings.Contains(s, `\ `) {
+		s = thinThousandsRE.ReplaceAllString(s, "$1$2")
+	}
+	if strings.Contains(s, `\left`) || strings.Contains(s, `\right`) || strings.Contains(s, `\big`) || strings.Contains(s, `\Big`) {
+		s = sizingRE.ReplaceAllString(s, "")
+	}
+	if strings.ContainsAny(s, "\\$~\n\t\r") {
+		s = latexReplacer.Replace(s)
+	}
+	s = rewriteRepeating(s)
 	s = unwrapCommand(s, `\boxed`)
 	s = unwrapCommand(s, `\fbox`)
 	s = rewriteText(s)
@@ -25,7 +41,9 @@ func normalizeMath(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
 	s = stripThousands(s)
 	s = strings.TrimSpace(strings.TrimRight(s, " .\\"))
-	s = mixedNumberRE.ReplaceAllString(s, "$1($2+$3/$4)")
+	if strings.IndexByte(s, '/') >= 0 && strings.IndexByte(s, ' ') >= 0 {
+		s = mixedNumberRE.ReplaceAllString(s, "$1($2+$3/$4)")
+	}
 	s = stripUnitWords(s)
 	return s
 }
@@ -34,7 +52,7 @@ var (
 	unicodeReplacer = strings.NewReplacer(
 		"−", "-", "×", `\times `, "·", `\cdot `, "÷", `\div `, "√", `\sqrt`,
 		"π", `\pi `, "∞", `\infty `, "±", `\pm `, "∓", `\mp `, "≤", `\le `,
-		"≥", `\ge `, "∪", `\cup `, "°", "", "\u00a0", " ", "，", ",", "²", "^2", "³", "^3", "∅", `\{\}`,
+		"≥", `\ge `, "≠", `\ne `, "⩽", `\le `, "⩾", `\ge `, "∪", `\cup `, "°", "", "\u00a0", " ", "，", ",", "²", "^2", "³", "^3", "∅", `\{\}`,
 	)
 	// "1\,000" and "1{,}000" group thousands in LaTeX.
 	thinThousandsRE = regexp.MustCompile(`(\d)(?:\\,|\{,\}|\\ )(\d{3})`)
@@ -48,12 +66,118 @@ var (
 		`^{\circ}`, "", `^\circ`, "", `{}^\circ`, "", `\circ`, "", `\degree`, "",
 		`\%`, "%", `\$`, "", "$", "", `\(`, "", `\)`, "", `\[`, "", `\]`, "",
 		`\lvert`, "|", `\rvert`, "|", `\vert`, "|", `\lbrace`, `\{`, `\rbrace`, `\}`,
-		`\emptyset`, `\{\}`, `\varnothing`, `\{\}`, `\infin`, `\infty`, `\leq`, `\le`, `\geq`, `\ge`,
+		`\emptyset`, `\{\}`, `\varnothing`, `\{\}`, `\infin`, `\infty`,
+		`\leqslant`, `\le`, `\geqslant`, `\ge`, `\leqq`, `\le`, `\geqq`, `\ge`, `\leq`, `\le`, `\geq`, `\ge`,
 		`\neq`, `\ne`, "\n", " ", "\t", " ", "\r", " ",
 	)
 	// "3 1/2" is a mixed number, three and a half.
 	mixedNumberRE = regexp.MustCompile(`^(-?)(\d+) (\d+)/(\d+)$`)
 )
+
+var (
+	// A repeating decimal: 0.\overline{3}, 0.1\bar{6}, 0.(3), 0.1(6).
+	repeatingRE = regexp.MustCompile(`(\d*)\.(\d*)(?:\\(?:overline|bar) *(?:\{ *(\d+) *\}|(\d))|\((\d+)\))`)
+	// The dot notation marks the first and last repeating digits:
+	// 0.\dot{3} is 0.333..., 0.\dot{1}4285\dot{7} is 0.142857142857...
+	repeatingDotRE = regexp.MustCompile(`(\d*)\.(\d*)\\dot *(?:\{(\d)\}|(\d))(?:(\d*)\\dot *(?:\{(\d)\}|(\d)))?`)
+)
+
+// rewriteRepeating replaces repeating decimals by the exact fraction they
+// denote (0.\overline{3} → \frac{1}{3}, 0.1\overline{6} → \frac{1}{6}), so
+// that they compare exactly like any other rational. The bracket form
+// "0.(3)" is taken only as a whole number, not after a letter or inside a
+// longer number, since "x.(3)" or "2.5(3)4" mean something else.
+func rewriteRepeating(s string) string {
+	if !strings.Contains(s, ".") || !strings.Contains(s, `\overline`) && !strings.Contains(s, `\bar`) &&
+		!strings.Contains(s, `\dot`) && !hasDecimalBracket(s) {
+		return s
+	}
+	s = replaceSubmatch(s, repeatingRE, func(s string, m []int) (string, bool) {
+		rep := group(s, m, 3) + group(s, m, 4)
+		if m[10] >= 0 { // "(digits)": stand-alone only
+			if m[0] > 0 && (isAlnum(s[m[0]-1]) || strings.IndexByte("._^\\", s[m[0]-1]) >= 0) ||
+				m[1] < len(s) && (isAlnum(s[m[1]]) || s[m[1]] == '.') {
+				return "", false
+			}
+			rep = group(s, m, 5)
+		}
+		return repeatingFraction(group(s, m, 1), group(s, m, 2), rep)
+	})
+	if !strings.Contains(s, `\dot`) {
+		return s
+	}
+	return replaceSubmatch(s, repeatingDotRE, func(s string, m []int) (string, bool) {
+		first, last := group(s, m, 3)+group(s, m, 4), group(s, m, 6)+group(s, m, 7)
+		return repeatingFraction(group(s, m, 1), group(s, m, 2), first+group(s, m, 5)+last)
+	})
+}
+
+// hasDecimalBracket reports whether a "." and digits are followed by "(",
+// where the bracket form of a repeating decimal must be.
+func hasDecimalBracket(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '.' {
+			continue
+		}
+		j := i + 1
+		for j < len(s) && isDigit(s[j]) {
+			j++
+		}
+		if j < len(s) && s[j] == '(' {
+			return true
+		}
+	}
+	return false
+}
+
+// group is submatch k of the match m in s, "" when it did not take part.
+func group(s string, m []int, k int) string {
+	if m[2*k] < 0 {
+		return ""
+	}
+	return s[m[2*k]:m[2*k+1]]
+}
+
+// replaceSubmatch replaces each match of re for which f says ok.
+func replaceSubmatch(s string, re *regexp.Regexp, f func(s string, m []int) (string, bool)) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range re.FindAllStringSubmatchIndex(s, -1) {
+		if r, ok := f(s, m); ok {
+			b.WriteString(s[last:m[0]])
+			b.WriteString(r)
+			last = m[1]
+		}
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// repeatingFraction is the value of whole.fixed(rep)(rep)... as LaTeX:
+// (fixed·rep − fixed) / (10^len(fixed) · (10^len(rep) − 1)) added to whole.
+func repeatingFraction(whole, fixed, rep string) (string, bool) {
+	if rep == "" || len(whole)+len(fixed)+len(rep) > maxNumDigits {
+		return "", false
+	}
+	toInt := func(d string) *big.Int {
+		n, _ := new(big.Int).SetString("0"+d, 10)
+		return n
+	}
+	ten := big.NewInt(10)
+	num := new(big.Int).Sub(toInt(fixed+rep), toInt(fixed))
+	den := new(big.Int).Exp(ten, big.NewInt(int64(len(rep))), nil)
+	den.Sub(den, big.NewInt(1))
+	den.Mul(den, new(big.Int).Exp(ten, big.NewInt(int64(len(fixed))), nil))
+	r := new(big.Rat).SetFrac(num, den)
+	r.Add(r, new(big.Rat).SetInt(toInt(whole)))
+	if r.IsInt() {
+		return r.Num().String(), true
+	}
+	return `\frac{` + r.Num().String() + "}{" + r.Denom().String() + "}", true
+}
 
 // unwrapCommand replaces every \cmd{X} by X.
 func unwrapCommand(s, cmd string) string {
@@ -308,6 +432,9 @@ var thousandsRE = regexp.MustCompile(`\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+`)
 // outside brackets, where a comma can only be a separator; inside brackets
 // "(1,234)" stays a pair.
 func stripThousands(s string) string {
+	if !hasDigitGroup(s) {
+		return s
+	}
 	ms := thousandsRE.FindAllStringIndex(s, -1)
 	if ms == nil {
 		return s
@@ -326,6 +453,26 @@ func stripThousands(s string) string {
 	}
 	b.WriteString(s[last:])
 	return b.String()
+}
+
+// hasDigitGroup reports whether s has a digit, a comma or blank, and three
+// digits: where a match of thousandsRE must start.
+func hasDigitGroup(s string) bool {
+	for i := 0; i+4 < len(s); i++ {
+		if isDigit(s[i]) && (s[i+1] == ',' || s[i+1] == ' ') && isDigit(s[i+2]) && isDigit(s[i+3]) && isDigit(s[i+4]) {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // bracketDepth counts open minus closed brackets of any kind, so that an

@@ -1,128 +1,101 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
-	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
-	"github.com/confclip/confclip/rollout"
 )
 
 func init() {
-	register(&cli.Command{
-		Name:  "eval",
-		Usage: "measure a model's (and adapter's) accuracy on prompts with reference answers; --fail-under makes it a CI check",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF `MODEL`"},
-			&cli.StringFlag{Name: "adapter", Usage: "LoRA adapter (GGUF)"},
-			&cli.StringFlag{Name: "data", Required: true, Usage: "prompts with answers (JSONL)"},
-			&cli.StringFlag{Name: "verifier", Usage: "verifier name (default math)"},
-			&cli.IntFlag{Name: "samples", Value: 1, Usage: "K: also sample K completions per prompt and report pass@K"},
-			&cli.IntFlag{Name: "max-tokens", Usage: "completion length limit (default 256)"},
-			&cli.StringSliceFlag{Name: "stop", Usage: "stop string (repeatable)"},
-			&cli.Float64Flag{Name: "temperature", Usage: "sampling temperature for --samples (default 1)"},
-			&cli.BoolFlag{Name: "chat", Usage: "render prompts with the model's chat template"},
-			&cli.IntFlag{Name: "threads", Usage: "CPU threads (default: all cores)"},
-			&cli.StringFlag{Name: "out", Usage: "folder for the generated and scored records (default: a temporary one)"},
-			&cli.Float64Flag{Name: "fail-under", Value: -1, Usage: "exit with status 3 when the greedy accuracy is below `X` (0..1)"},
-			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
-		},
-		Action: evalCmd,
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:      "eval",
+			Usage:     "measure a model's (and adapter's) accuracy on prompts with reference answers; --fail-under and --junit make it a CI check",
+			UsageText: "confclip eval -m M.gguf --data prompts.jsonl [--fail-under 0.8] [--junit report.xml] [--json]",
+			Description: "Each prompt gets one greedy completion (temperature 0), verified against its answer. A prompt\n" +
+				"that cannot be generated counts as wrong and is listed. Exit status 3 when the accuracy is\n" +
+				"below --fail-under.",
+			Flags: join(modelFlags(), samplingFlags(), verifierFlags(), []cli.Flag{
+				&cli.StringFlag{Name: "data", Required: true, Usage: "prompts with answers `FILE` (JSONL)"},
+				&cli.IntFlag{Name: "samples", Value: 1, Usage: "K: also sample K completions per prompt (with the sampling flags) and report pass@K"},
+				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "keep the generated and scored records in `DIR` (default: a temporary folder)"},
+				&cli.FloatFlag{Name: "fail-under", Usage: "exit with status 3 when the greedy accuracy is below `X`, a fraction in 0..1"},
+				&cli.StringFlag{Name: "junit", Usage: "write a JUnit XML report, one test case per prompt, to `FILE`"},
+				&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			}, shardFlags()),
+			Action: evalCmd,
+		}
 	})
 }
 
-func evalCmd(c *cli.Context) error {
+func evalCmd(ctx context.Context, c *cli.Command) error {
+	failUnder := c.Float("fail-under")
+	if c.IsSet("fail-under") && !(failUnder >= 0 && failUnder <= 1) {
+		return cli.Exit(fmt.Sprintf("eval: --fail-under %g: want a fraction in 0..1 (0.8 for 80%%)", failUnder), 2)
+	}
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err
 	}
-	flagString(c, "model", &cfg.Model.Path)
-	flagString(c, "adapter", &cfg.Model.Adapter)
-	flagString(c, "verifier", &cfg.Verifier.Name)
-	flagInt(c, "max-tokens", &cfg.Rollout.MaxTokens)
-	flagFloat(c, "temperature", &cfg.Rollout.Temperature)
-	flagInt(c, "threads", &cfg.Model.Threads)
-	if c.IsSet("stop") {
-		cfg.Rollout.Stop = c.StringSlice("stop")
-	}
-	if c.IsSet("chat") {
-		cfg.Rollout.Chat = c.Bool("chat")
-	}
-	if cfg.Model.Path == "" {
-		return pipeline.ErrNoModel
-	}
-	prompts, _, _, err := dataset.ReadFile[dataset.Prompt](c.String("data"), false)
-	if err != nil {
-		return err
-	}
-	if len(prompts) == 0 {
-		return fmt.Errorf("%s: no prompts", c.String("data"))
-	}
-	out := c.String("out")
-	if out == "" {
-		if out, err = os.MkdirTemp("", "confclip-eval-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(out)
-	}
-	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers})
+	m, err := pipeline.OpenModel(cfg.Model)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	var a *llama.Adapter
-	if cfg.Model.Adapter != "" {
-		if a, err = llama.LoadAdapter(m, cfg.Model.Adapter); err != nil {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	shard, err := shardOf(c)
+	if err != nil {
+		return err
+	}
+	res, err := pipeline.Evaluate(ctx, m, pipeline.EvalOptions{Config: cfg, Data: c.String("data"), Samples: c.Int("samples"), Dir: c.String("out"), Shard: shard})
+	if err != nil {
+		return err
+	}
+	if p := c.String("junit"); p != "" {
+		if err := pipeline.WriteFileAtomic(p, func(w io.Writer) error { return pipeline.WriteJUnit(w, res) }); err != nil {
 			return err
 		}
-		defer a.Close()
 	}
-	open := func(o rollout.Options) (*rollout.Engine, error) {
-		e, err := rollout.NewEngine(m, o)
-		if err == nil && a != nil {
-			if err = e.SetAdapter(a, 1); err != nil {
-				e.Close()
+	w := c.Root().Writer
+	if c.Bool("json") {
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(w, string(b))
+	} else {
+		fmt.Fprintf(w, "prompts      %d (%d could not be generated: counted wrong)\n", res.Prompts, res.Failed)
+		fmt.Fprintf(w, "accuracy     %.4f (greedy, %d/%d)\n", res.Accuracy, res.Correct, res.Prompts)
+		if res.Samples > 1 {
+			fmt.Fprintf(w, "pass@%d       %s (sampled accuracy %s)\n", res.Samples, orUndefined(res.PassAtK), orUndefined(res.SampledAccuracy))
+		}
+		fmt.Fprintf(w, "mean tokens  %.1f\n", res.MeanTokens)
+		fmt.Fprintf(w, "calibration  ECE %s, Brier %s, AUROC %s\n", orUndefined(res.ECE), orUndefined(res.Brier), orUndefined(res.AUROC))
+		for _, cs := range res.Cases {
+			if cs.Error != "" {
+				fmt.Fprintf(w, "not generated: %s:%d: id %q: %s\n", res.Data, cs.Line, cs.ID, cs.Error)
 			}
 		}
-		return e, err
 	}
-	greedy, err := open(pipeline.GreedyOptions(cfg))
-	if err != nil {
-		return err
-	}
-	defer greedy.Close()
-	var sampled *rollout.Engine
-	if k := c.Int("samples"); k > 1 {
-		o := pipeline.EngineOptions(cfg)
-		o.Group = k
-		if sampled, err = open(o); err != nil {
-			return err
-		}
-		defer sampled.Close()
-	}
-	res, err := pipeline.Evaluate(c.Context, cfg, greedy, sampled, prompts, out)
-	if err != nil {
-		return err
-	}
-	if c.Bool("json") {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		fmt.Println(string(b))
-	} else {
-		fmt.Printf("prompts      %d (%d could not be generated)\n", res.Prompts, res.Errors)
-		fmt.Printf("accuracy     %.4f (greedy)\n", res.Accuracy)
-		if res.Samples > 1 {
-			fmt.Printf("pass@%d       %.4f (sampled accuracy %.4f)\n", res.Samples, res.PassAtK, res.SampledAccuracy)
-		}
-		fmt.Printf("mean tokens  %.1f\n", res.MeanTokens)
-		fmt.Printf("calibration  ECE %.4f, Brier %.4f, AUROC %.4f\n", res.ECE, res.Brier, res.AUROC)
-	}
-	if x := c.Float64("fail-under"); x >= 0 && res.Accuracy < x {
-		return cli.Exit(fmt.Sprintf("eval: accuracy %.4f is below --fail-under %.4f", res.Accuracy, x), 3)
+	if c.IsSet("fail-under") && res.Accuracy < failUnder {
+		return cli.Exit(fmt.Sprintf("eval: accuracy %.4f is below --fail-under %.4f", res.Accuracy, failUnder), 3)
 	}
 	return nil
+}
+
+// orUndefined prints a metric that may be undefined (nil).
+func orUndefined(x *float64) string {
+	if x == nil {
+		return "undefined"
+	}
+	return fmt.Sprintf("%.4f", *x)
 }

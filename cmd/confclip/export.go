@@ -1,65 +1,59 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/confclip/confclip/pipeline"
 )
 
 func init() {
-	register(&cli.Command{
-		Name:      "export",
-		Usage:     "turn scored completions into a training set (JSONL or Parquet) for confclip train, TRL or verl",
-		UsageText: "confclip export --data scored.jsonl --out train.parquet [--model M] [--adapter A] [--skip-zero-std]",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "data", Required: true, Usage: "scored records `FILE` (JSONL)"},
-			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "training set `FILE`"},
-			&cli.StringFlag{Name: "format", Usage: "jsonl or parquet (default: parquet when --out ends in .parquet, else jsonl)"},
-			&cli.StringFlag{Name: "model", Usage: "GGUF `FILE` the rollouts came from; its SHA-256 goes into the provenance ([model] path)"},
-			&cli.StringFlag{Name: "adapter", Usage: "LoRA adapter `FILE` the rollouts were sampled with ([model] adapter)"},
-			&cli.BoolFlag{Name: "skip-zero-std", Usage: "drop groups whose rewards are all equal ([advantage] skip_zero_std)"},
-		},
-		Action: runExport,
+	register(func() *cli.Command {
+		skip := boolOpt("skip-zero-std", "drop groups whose rewards are all equal ([advantage] skip_zero_std)", func(c *pipeline.Config) *bool { return &c.Advantage.SkipZeroStd })
+		return &cli.Command{
+			Name:      "export",
+			Usage:     "turn scored completions into a training set (JSONL or Parquet) for confclip train, TRL or verl",
+			UsageText: "confclip export --data scored.jsonl --out train.parquet [-m M.gguf] [--lora A.gguf] [--skip-zero-std]",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "data", Required: true, Usage: "scored records `FILE` (JSONL)"},
+				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "training set `FILE`"},
+				&cli.StringFlag{Name: "format", Usage: "jsonl or parquet (default: parquet when --out ends in .parquet, else jsonl), and/or the columns: confclip (default), trl or verl, e.g. verl,parquet (docs/export.md)"},
+				stringOpt("model", []string{"m"}, "GGUF model `FILE` the rollouts came from; its SHA-256 goes into the provenance ([model] path)", func(c *pipeline.Config) *string { return &c.Model.Path }),
+				stringOpt("adapter", []string{"lora"}, "LoRA adapter `FILE` the rollouts were sampled with ([model] adapter)", func(c *pipeline.Config) *string { return &c.Model.Adapter }),
+				skip,
+			},
+			Action: exportCmd,
+		}
 	})
 }
 
-func runExport(c *cli.Context) error {
+func exportCmd(ctx context.Context, c *cli.Command) error {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err
-	}
-	if c.IsSet("model") {
-		cfg.Model.Path = c.String("model")
-	}
-	if c.IsSet("adapter") {
-		cfg.Model.Adapter = c.String("adapter")
-	}
-	if c.IsSet("skip-zero-std") {
-		cfg.Advantage.SkipZeroStd = c.Bool("skip-zero-std")
 	}
 	configJSON, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
+	format, layout, err := exportFormat(c.String("format"))
+	if err != nil {
+		return err
+	}
 	sum, err := pipeline.Export(pipeline.ExportOptions{
-		In:          c.String("data"),
-		Out:         c.String("out"),
-		Format:      c.String("format"),
-		Model:       cfg.Model.Path,
-		Adapter:     cfg.Model.Adapter,
-		ConfigJSON:  configJSON,
-		SkipZeroStd: cfg.Advantage.SkipZeroStd,
+		In: c.String("data"), Out: c.String("out"), Format: format, Layout: layout,
+		Model: cfg.Model.Path, Adapter: cfg.Model.Adapter, ConfigJSON: configJSON,
+		SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated,
 	})
 	if err != nil {
 		return err
 	}
-
-	w := c.App.Writer
+	w := c.Root().Writer
 	fmt.Fprintf(w, "wrote %d examples (%d completion tokens) from %d records to %s (%s)\n",
-		sum.Examples, sum.Tokens, sum.Records, sum.Out, sum.Format)
+		sum.Examples, sum.Tokens, sum.Records, sum.Out, sum.Format+", "+sum.Layout+" columns")
 	fmt.Fprintf(w, "groups: %d, with zero reward std: %d", sum.Groups, sum.ZeroStdGroups)
 	if cfg.Advantage.SkipZeroStd {
 		fmt.Fprintf(w, " (dropped, %d records)", sum.Dropped)

@@ -1,104 +1,100 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"runtime"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
-	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/pipeline"
 )
 
 // Version is the program's version (set with -ldflags -X at release time).
 var Version = "0.1.0-dev"
 
 func init() {
-	register(&cli.Command{
-		Name:  "version",
-		Usage: "print the program version, the llama.cpp commit, compiled backends and CPU features",
-		Action: func(c *cli.Context) error {
-			if _, err := loadConfig(c); err != nil {
-				return err
-			}
-			fmt.Printf("confclip %s (%s/%s, %s)\n", Version, runtime.GOOS, runtime.GOARCH, runtime.Version())
-			fmt.Printf("llama.cpp %s (libraries %s)\n", llama.LlamaCommit, llama.BuildStamp)
-			fmt.Printf("backends: %s\n", strings.Join(llama.Backends(), ", "))
-			fmt.Printf("system: %s\n", llama.SystemInfo())
-			return nil
-		},
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:  "version",
+			Usage: "print the program version, the llama.cpp commit, compiled backends (the names --device takes) and CPU features",
+			Action: func(ctx context.Context, c *cli.Command) error {
+				if _, err := loadConfig(c); err != nil {
+					return err
+				}
+				b := pipeline.Build()
+				w := c.Root().Writer
+				fmt.Fprintf(w, "confclip %s (%s, %s)\n", Version, b.Platform, b.GoVersion)
+				fmt.Fprintf(w, "llama.cpp %s (libraries %s)\n", b.LlamaCommit, b.BuildStamp)
+				fmt.Fprintf(w, "backends: %s\n", strings.Join(b.Backends, ", "))
+				fmt.Fprintf(w, "system: %s\n", b.System)
+				return nil
+			},
+		}
 	})
-	register(&cli.Command{
-		Name:      "inspect",
-		Usage:     "print a GGUF model's metadata",
-		ArgsUsage: "MODEL.gguf",
-		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-			&cli.BoolFlag{Name: "vocab-only", Usage: "load only the tokenizer"},
-		},
-		Action: inspect,
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:      "inspect",
+			Usage:     "print a GGUF model's (or LoRA adapter's) metadata",
+			ArgsUsage: "MODEL.gguf",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+				&cli.BoolFlag{Name: "vocab-only", Usage: "load only the tokenizer"},
+			},
+			Action: inspectCmd,
+		}
 	})
-	register(&cli.Command{
-		Name:      "tokenize",
-		Usage:     "print the token ids and pieces of a text",
-		ArgsUsage: "TEXT",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "GGUF `MODEL` (vocab-only files work)"},
-			&cli.BoolFlag{Name: "no-special", Usage: "do not add BOS/EOS"},
-			&cli.BoolFlag{Name: "parse-special", Usage: "turn special-token text such as <|im_start|> into its id"},
-		},
-		Action: tokenize,
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:      "tokenize",
+			Usage:     "print the token ids and pieces of a text",
+			ArgsUsage: "TEXT",
+			Flags: []cli.Flag{
+				stringOpt("model", []string{"m"}, "GGUF model `FILE`, vocab-only files too ([model] path)", func(c *pipeline.Config) *string { return &c.Model.Path }),
+				&cli.BoolFlag{Name: "no-special", Usage: "do not add BOS/EOS"},
+				&cli.BoolFlag{Name: "parse-special", Usage: "turn special-token text such as <|im_start|> into its id"},
+			},
+			Action: tokenizeCmd,
+		}
 	})
 }
 
-func inspect(c *cli.Context) error {
+func inspectCmd(ctx context.Context, c *cli.Command) error {
 	if _, err := loadConfig(c); err != nil {
 		return err
 	}
 	if c.NArg() != 1 {
 		return cli.Exit("inspect: give one MODEL.gguf", 2)
 	}
-	path := c.Args().First()
-	g, err := llama.OpenGGUF(path)
+	fi, err := pipeline.Inspect(c.Args().First(), c.Bool("vocab-only"))
 	if err != nil {
 		return err
 	}
-	nTensors, fileSize := len(g.Tensors()), g.FileSize()
-	vocabOnly := c.Bool("vocab-only") || nTensors == 0
-	if g.String("general.type") == "adapter" {
-		defer g.Close()
-		return inspectAdapter(c, g)
-	}
-	g.Close()
-	m, err := llama.LoadModel(path, llama.ModelParams{VocabOnly: vocabOnly})
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	info := m.Info()
+	w := c.Root().Writer
 	if c.Bool("json") {
-		out := struct {
-			Path     string `json:"path"`
-			FileSize int64  `json:"file_size"`
-			Tensors  int    `json:"tensors"`
-			llama.Info
-		}{path, fileSize, nTensors, info}
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return enc.Encode(fi)
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
-	row("file", path)
-	row("file size", fileSize)
+	row("file", fi.Path)
+	row("file size", fi.FileSize)
+	if a := fi.Adapter; a != nil {
+		row("type", "adapter ("+a.AdapterType+")")
+		row("arch", a.Architecture)
+		row("alpha", a.Alpha)
+		row("tensors", fi.Tensors)
+		return tw.Flush()
+	}
+	info := fi.Info
 	row("arch", info.Architecture)
 	row("description", info.Description)
 	row("parameters", info.Params)
 	row("file type", info.FileType)
-	row("tensors", nTensors)
+	row("tensors", fi.Tensors)
 	row("context (train)", info.CtxTrain)
 	row("embedding", info.Embd)
 	row("blocks", info.Layers)
@@ -107,7 +103,7 @@ func inspect(c *cli.Context) error {
 	row("bos / eos / eot", fmt.Sprintf("%d / %d / %d", info.BOS, info.EOS, info.EOT))
 	tmpl := info.ChatTemplate
 	if tmpl == "" {
-		tmpl = "(none)"
+		tmpl = "(none: give one with --chat-template or [model] chat_template)"
 	} else if len(tmpl) > 60 {
 		tmpl = fmt.Sprintf("%q... (%d bytes)", tmpl[:60], len(tmpl))
 	}
@@ -115,59 +111,20 @@ func inspect(c *cli.Context) error {
 	return tw.Flush()
 }
 
-func tokenize(c *cli.Context) error {
+func tokenizeCmd(ctx context.Context, c *cli.Command) error {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err
 	}
-	path := cfg.Model.Path
-	if c.IsSet("model") {
-		path = c.String("model")
-	}
-	if path == "" {
-		return cli.Exit("tokenize: --model is required", 2)
-	}
 	if c.NArg() != 1 {
 		return cli.Exit("tokenize: give one TEXT", 2)
 	}
-	m, err := llama.LoadModel(path, llama.ModelParams{VocabOnly: true})
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	toks, err := m.Tokenize(c.Args().First(), !c.Bool("no-special"), c.Bool("parse-special"))
+	toks, err := pipeline.Tokenize(cfg.Model.Path, c.Args().First(), !c.Bool("no-special"), c.Bool("parse-special"))
 	if err != nil {
 		return err
 	}
 	for _, t := range toks {
-		p, err := m.TokenPiece(t, true)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%6d %q\n", t, p)
+		fmt.Fprintf(c.Root().Writer, "%6d %q\n", t.ID, t.Piece)
 	}
 	return nil
-}
-
-// inspectAdapter prints a LoRA adapter's metadata (it needs no model).
-func inspectAdapter(c *cli.Context, g *llama.GGUF) error {
-	alpha, _ := g.Get("adapter.lora.alpha")
-	info := struct {
-		Path         string `json:"path"`
-		FileSize     int64  `json:"file_size"`
-		Type         string `json:"type"`
-		Architecture string `json:"architecture"`
-		AdapterType  string `json:"adapter_type"`
-		Alpha        any    `json:"alpha"`
-		Tensors      int    `json:"tensors"`
-	}{g.Path(), g.FileSize(), "adapter", g.String("general.architecture"), g.String("adapter.type"), alpha, len(g.Tensors())}
-	if c.Bool("json") {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(info)
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "file\t%s\nfile size\t%d\ntype\tadapter (%s)\narch\t%s\nalpha\t%v\ntensors\t%d\n",
-		info.Path, info.FileSize, info.AdapterType, info.Architecture, info.Alpha, info.Tensors)
-	return tw.Flush()
 }

@@ -1,61 +1,97 @@
 // Command confclip runs reinforcement learning with verifiable rewards on GGUF
-// models through llama.cpp. This package is wiring only: flags and config in,
-// calls into pipeline/ and the packages below it, progress and summaries out.
+// models through llama.cpp. This package is wiring only: flags and config in
+// (flags.go), calls into pipeline/, progress events and results out
+// (render.go). Every command's work is a pipeline function a Go program can
+// call too.
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 
-	"github.com/urfave/cli/v2"
-
-	"github.com/confclip/confclip/pipeline"
+	"github.com/urfave/cli/v3"
 )
 
-// commands is filled by the init functions of the files beside this one, one
-// file per command.
-var commands []*cli.Command
+// commands holds one constructor per command, filled by the init functions
+// of the files beside this one. Constructors, not values: a parsed command
+// keeps its flags' values, and the tests run the program many times.
+var commands []func() *cli.Command
 
-func register(c *cli.Command) { commands = append(commands, c) }
+func register(f func() *cli.Command) { commands = append(commands, f) }
 
-// configFlag is the global --config flag read by every command.
-var configFlag = &cli.StringFlag{Name: "config", Usage: "TOML config `FILE` (flags win over it)", EnvVars: []string{"CONFCLIP_CONFIG"}}
-
-// verboseFlag turns on debug logging, llama.cpp's own log included.
-var verboseFlag = &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log debug output, llama.cpp's log included"}
-
-// loadConfig reads the --config file (or the defaults when there is none).
-func loadConfig(c *cli.Context) (pipeline.Config, error) {
-	return pipeline.LoadConfig(c.String("config"))
-}
-
-func newApp() *cli.App {
-	sort.Slice(commands, func(i, j int) bool { return commands[i].Name < commands[j].Name })
-	return &cli.App{
+func newApp() *cli.Command {
+	cmds := make([]*cli.Command, len(commands))
+	for i, f := range commands {
+		cmds[i] = f()
+	}
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
+	for _, c := range cmds {
+		// Stop strings and prompts hold commas: one value per flag.
+		c.DisableSliceFlagSeparator = true
+		c.OnUsageError = usageError
+	}
+	return &cli.Command{
 		Name:  "confclip",
 		Usage: "RL with verifiable rewards and the ConfClip reward on GGUF models, through llama.cpp",
-		Flags: []cli.Flag{configFlag, verboseFlag},
-		Before: func(c *cli.Context) error {
+		// Root flags are inherited: --config and --verbose work on every
+		// command, before or after its name.
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "TOML config `FILE` (flags win over it)", Sources: cli.EnvVars("CONFCLIP_CONFIG")},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log debug output, llama.cpp's log included"},
+		},
+		Before: func(ctx context.Context, c *cli.Command) (context.Context, error) {
 			if c.Bool("verbose") {
 				slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			}
-			return nil
+			return ctx, nil
 		},
-		Commands:             commands,
-		EnableBashCompletion: true,
-		ExitErrHandler:       func(*cli.Context, error) {},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			if c.NArg() == 0 {
+				return cli.ShowRootCommandHelp(c)
+			}
+			msg := fmt.Sprintf("no command %q", c.Args().First())
+			if s := cli.SuggestCommand(c.Commands, c.Args().First()); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			return cli.Exit(msg+"; confclip --help lists them", 2)
+		},
+		Commands:              cmds,
+		EnableShellCompletion: true,
+		OnUsageError:          usageError,
+		ExitErrHandler:        func(context.Context, *cli.Command, error) {},
 	}
 }
 
-func main() {
-	if err := newApp().Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "confclip:", err)
-		code := 1
-		if ec, ok := err.(cli.ExitCoder); ok && ec.ExitCode() != 0 {
-			code = ec.ExitCode()
+// usageError says what was wrong in one line, with the closest flag name
+// when a flag is unknown, instead of the whole help.
+func usageError(_ context.Context, c *cli.Command, err error, _ bool) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		flags := append(append([]cli.Flag{}, c.Flags...), c.Root().Flags...)
+		if s := cli.SuggestFlag(flags, strings.TrimLeft(name, "-"), true); s != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", s)
 		}
-		os.Exit(code)
+	}
+	return cli.Exit(fmt.Sprintf("%s: %s; see %s --help", c.FullName(), msg, c.FullName()), 2)
+}
+
+// exitCode is the process status for an error of run.
+func exitCode(err error) int {
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) && ec.ExitCode() != 0 {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+func main() {
+	if err := newApp().Run(context.Background(), os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "confclip:", err)
+		os.Exit(exitCode(err))
 	}
 }

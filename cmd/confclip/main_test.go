@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -9,32 +9,26 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/pipeline"
 )
 
 // run runs the command line in this process and returns the exit status the
 // program would have.
 func run(t *testing.T, args ...string) int {
 	t.Helper()
-	err := newApp().Run(append([]string{"confclip"}, args...))
+	err := newApp().Run(context.Background(), append([]string{"confclip"}, args...))
 	if err == nil {
 		return 0
 	}
 	t.Logf("confclip %s: %v", strings.Join(args, " "), err)
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) && ec.ExitCode() != 0 {
-		return ec.ExitCode()
-	}
-	return 1
+	return exitCode(err)
 }
 
 func TestEvalFailUnder(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "smoke.jsonl")
@@ -80,7 +74,7 @@ func TestInspectBadFiles(t *testing.T) {
 		}
 	}
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	if got := run(t, "inspect", model); got != 0 {
@@ -133,5 +127,121 @@ func TestScoreCommandWorkedExamples(t *testing.T) {
 	b, err := os.ReadFile(summary)
 	if err != nil || !strings.Contains(string(b), `"zero_std_groups"`) {
 		t.Fatalf("summary: %v %s", err, b)
+	}
+}
+
+// runOut runs the command line with its output captured.
+func runOut(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	app := newApp()
+	var out strings.Builder
+	app.Writer, app.ErrWriter = &out, &out
+	err := app.Run(context.Background(), append([]string{"confclip"}, args...))
+	if err != nil {
+		t.Logf("confclip %s: %v", strings.Join(args, " "), err)
+		fmt.Fprintln(&out, err)
+		return exitCode(err), out.String()
+	}
+	return 0, out.String()
+}
+
+// TestHelpShowsConfigDefaults: every command's help shows the defaults of
+// DefaultConfig, llama.cpp's aliases and the global --config.
+func TestHelpShowsConfigDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		cmd  string
+		want []string
+	}{
+		{"rollout", []string{"--group int, -G int", "(default: 8)", "--max-tokens int, -n int, --n-predict int", "(default: 256)", "--temperature float, --temp float", "--ctx-size int, -c int, --ctx int", "(default: 2048)", "--gpu-layers int, --ngl int, --n-gpu-layers int", "--adapter FILE, --lora FILE", "--seed uint, -s uint", "--parallel int, --np int", "--chat-template", "--device", "--config FILE"}},
+		{"score", []string{"--lambda float", "(default: 1)", "--lo float", "(default: 0.2)", "--hi float", "(default: 0.95)", "--format-pattern", "--timeout duration", "(default: 2s)", "--config FILE"}},
+		{"train", []string{"--lora-rank int", "(default: 8)", "--lr float", "(default: 0.0001)", "--micro-batch int", "(default: 512)", "--grad-clip float", "--adapter-in"}},
+		{"eval", []string{"--fail-under X", "--junit FILE", "--temp", "-ngl", "--config FILE"}},
+	} {
+		code, out := runOut(t, tc.cmd, "--help")
+		if code != 0 {
+			t.Fatalf("%s --help: exit %d", tc.cmd, code)
+		}
+		for _, w := range tc.want {
+			if w == "-ngl" {
+				w = "--ngl"
+			}
+			if !strings.Contains(out, w) {
+				t.Errorf("%s --help lacks %q:\n%s", tc.cmd, w, out)
+			}
+		}
+		if strings.Contains(out, "--grad-clip float") && strings.Contains(out, "grad-clip float  clip the gradient's global norm, 0 = off ([train] grad_clip) (default: 0)") {
+			t.Errorf("%s --help: grad-clip shows 0", tc.cmd)
+		}
+	}
+}
+
+// TestCommandLineHabits: flags after arguments, --config after the command,
+// did-you-mean for unknown flags and commands, --fail-under's range.
+func TestCommandLineHabits(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runOut(t, "inspect", model, "--json"); code != 0 || !strings.Contains(out, `"architecture": "llama"`) {
+		t.Errorf("inspect M --json: exit %d\n%s", code, out)
+	}
+	cfg := filepath.Join(dir, "c.toml")
+	os.WriteFile(cfg, []byte("[model]\npath = \""+model+"\"\n"), 0o644)
+	if code, out := runOut(t, "tokenize", "ab", "--config", cfg); code != 0 || strings.Count(out, "\n") < 2 {
+		t.Errorf("tokenize TEXT --config C: exit %d\n%s", code, out)
+	}
+	if code, out := runOut(t, "rollout", "--tmep", "1"); code != 2 || !strings.Contains(out, "did you mean --temp?") {
+		t.Errorf("an unknown flag: exit %d: %s", code, out)
+	}
+	if code, out := runOut(t, "rolout"); code != 2 || !strings.Contains(out, `did you mean "rollout"?`) {
+		t.Errorf("an unknown command: exit %d: %s", code, out)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[rollout]\ntemprature = 1\n"), 0o644)
+	if code, _ := runOut(t, "version", "--config", bad); code != 1 {
+		t.Errorf("an unknown config key: exit %d, want 1", code)
+	}
+	if code, out := runOut(t, "eval", "-m", model, "--data", cfg, "--fail-under", "50"); code != 2 || !strings.Contains(out, "0..1") {
+		t.Errorf("--fail-under 50: exit %d: %s", code, out)
+	}
+}
+
+func TestUnescapeStop(t *testing.T) {
+	for in, want := range map[string]string{
+		`a,b`: "a,b", `\n`: "\n", `Q:\t`: "Q:\t", `\\n`: `\n`, `\x`: `\x`, `end\`: `end\`,
+	} {
+		if got := unescape(in); got != want {
+			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestEvalJUnitAndFailures: through the command line, a prompt that cannot
+// be generated is counted wrong and listed, and the JUnit report is written.
+func TestEvalJUnitAndFailures(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "smoke.jsonl")
+	os.WriteFile(data, []byte(`{"id":"p0","prompt":"Say 0:","answer":"x"}
+{"id":"p1","prompt":"","answer":"x"}
+`), 0o644)
+	always := filepath.Join(dir, "always.toml")
+	os.WriteFile(always, []byte("[verifier]\nname = \"format\"\npattern = \"\"\"(?s).*\"\"\"\n"), 0o644)
+	junit := filepath.Join(dir, "report.xml")
+	code, out := runOut(t, "eval", "-m", model, "--data", data, "-n", "3", "--config", always, "--junit", junit, "--fail-under", "0.9")
+	if code != 3 || !strings.Contains(out, "accuracy     0.5000") || !strings.Contains(out, `smoke.jsonl:2: id "p1"`) {
+		t.Fatalf("eval with an empty prompt: exit %d\n%s", code, out)
+	}
+	b, err := os.ReadFile(junit)
+	if err != nil || strings.Count(string(b), "<testcase ") != 2 || !strings.Contains(string(b), `errors="1"`) {
+		t.Fatalf("JUnit report: %v\n%s", err, b)
+	}
+	code, out = runOut(t, "eval", "-m", model, "--data", data, "-n", "3", "--config", always, "--json")
+	if code != 0 || !strings.Contains(out, `"auroc": null`) || !strings.Contains(out, `"pass_at_k": null`) {
+		t.Fatalf("eval --json: exit %d\n%s", code, out)
 	}
 }

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/confclip/confclip/pipeline"
+)
+
+// The flags that set a config key. Each flag shows the key's default (from
+// pipeline.DefaultConfig) in --help, has the same name and meaning on every
+// command, and takes llama.cpp's spelling as an alias where llama.cpp has
+// the same option. A flag given on the command line wins over --config.
+
+var defaults = pipeline.DefaultConfig()
+
+// setters maps each config flag (the pointer: commands build their own) to
+// what it sets.
+var setters = map[cli.Flag]func(c *cli.Command, cfg *pipeline.Config){}
+
+func stringOpt(name string, aliases []string, usage string, field func(*pipeline.Config) *string) cli.Flag {
+	f := &cli.StringFlag{Name: name, Aliases: aliases, Value: *field(&defaults), Usage: usage}
+	setters[f] = func(c *cli.Command, cfg *pipeline.Config) { *field(cfg) = c.String(name) }
+	return f
+}
+
+func intOpt(name string, aliases []string, usage string, field func(*pipeline.Config) *int) cli.Flag {
+	f := &cli.IntFlag{Name: name, Aliases: aliases, Value: *field(&defaults), Usage: usage}
+	setters[f] = func(c *cli.Command, cfg *pipeline.Config) { *field(cfg) = c.Int(name) }
+	return f
+}
+
+func floatOpt(name string, aliases []string, usage string, field func(*pipeline.Config) *float64) cli.Flag {
+	f := &cli.FloatFlag{Name: name, Aliases: aliases, Value: *field(&defaults), Usage: usage}
+	setters[f] = func(c *cli.Command, cfg *pipeline.Config) { *field(cfg) = c.Float(name) }
+	return f
+}
+
+func boolOpt(name string, usage string, field func(*pipeline.Config) *bool) cli.Flag {
+	f := &cli.BoolFlag{Name: name, Value: *field(&defaults), Usage: usage}
+	setters[f] = func(c *cli.Command, cfg *pipeline.Config) { *field(cfg) = c.Bool(name) }
+	return f
+}
+
+// modelFlags are [model]: which model, adapter, device and threads.
+func modelFlags() []cli.Flag {
+	return []cli.Flag{
+		stringOpt("model", []string{"m"}, "GGUF model `FILE` ([model] path)", func(c *pipeline.Config) *string { return &c.Model.Path }),
+		stringOpt("adapter", []string{"lora"}, "LoRA adapter `FILE` (GGUF) on top of the model ([model] adapter)", func(c *pipeline.Config) *string { return &c.Model.Adapter }),
+		intOpt("threads", []string{"t"}, "CPU threads, 0 = every core ([model] threads)", func(c *pipeline.Config) *int { return &c.Model.Threads }),
+		intOpt("ctx-size", []string{"c", "ctx"}, "context of one sequence, prompt + completion, in tokens ([model] ctx)", func(c *pipeline.Config) *int { return &c.Model.Ctx }),
+		intOpt("gpu-layers", []string{"ngl", "n-gpu-layers"}, "layers offloaded to the GPU, -1 = all ([model] gpu_layers)", func(c *pipeline.Config) *int { return &c.Model.GPULayers }),
+		stringOpt("device", nil, "ggml `DEVICE` to run on, e.g. CUDA0 (confclip version lists them; [model] device)", func(c *pipeline.Config) *string { return &c.Model.Device }),
+		stringOpt("chat-template", nil, "chat template text or built-in `NAME` (chatml, llama3, ...) ([model] chat_template)", func(c *pipeline.Config) *string { return &c.Model.ChatTemplate }),
+	}
+}
+
+// samplingFlags are [rollout]: how completions are sampled.
+func samplingFlags() []cli.Flag {
+	stop := &cli.StringSliceFlag{Name: "stop", Usage: "stop `STRING`, taken literally but for \\n, \\t and \\\\ (repeatable; [rollout] stop)"}
+	setters[stop] = func(c *cli.Command, cfg *pipeline.Config) {
+		cfg.Rollout.Stop = nil
+		for _, s := range c.StringSlice("stop") {
+			cfg.Rollout.Stop = append(cfg.Rollout.Stop, unescape(s))
+		}
+	}
+	seed := &cli.Uint64Flag{Name: "seed", Aliases: []string{"s"}, Value: defaults.Rollout.Seed, Usage: "base seed of every sequence's RNG ([rollout] seed)"}
+	setters[seed] = func(c *cli.Command, cfg *pipeline.Config) { cfg.Rollout.Seed = c.Uint64("seed") }
+	return []cli.Flag{
+		intOpt("group", []string{"G"}, "completions per prompt ([rollout] group)", func(c *pipeline.Config) *int { return &c.Rollout.Group }),
+		intOpt("max-tokens", []string{"n", "n-predict"}, "completion length limit in tokens ([rollout] max_tokens)", func(c *pipeline.Config) *int { return &c.Rollout.MaxTokens }),
+		floatOpt("temperature", []string{"temp"}, "sampling temperature, 0 = greedy ([rollout] temperature)", func(c *pipeline.Config) *float64 { return &c.Rollout.Temperature }),
+		floatOpt("top-p", nil, "nucleus sampling: 1 = off, 0 = the most likely token only, as in llama.cpp ([rollout] top_p)", func(c *pipeline.Config) *float64 { return &c.Rollout.TopP }),
+		intOpt("top-k", nil, "keep the K most likely tokens, 0 = off ([rollout] top_k)", func(c *pipeline.Config) *int { return &c.Rollout.TopK }),
+		floatOpt("min-p", nil, "keep tokens with p >= min-p * p_max, 0 = off ([rollout] min_p)", func(c *pipeline.Config) *float64 { return &c.Rollout.MinP }),
+		seed,
+		intOpt("parallel", []string{"np"}, "sequences in flight, 0 = max(group, 16) ([rollout] parallel)", func(c *pipeline.Config) *int { return &c.Rollout.Parallel }),
+		boolOpt("chat", "render plain prompts with the chat template ([rollout] chat)", func(c *pipeline.Config) *bool { return &c.Rollout.Chat }),
+		stop,
+	}
+}
+
+// verifierFlags are [verifier].
+func verifierFlags() []cli.Flag {
+	timeout := &cli.DurationFlag{Name: "timeout", Value: time.Duration(defaults.Verifier.TimeoutMS) * time.Millisecond, Usage: "per verification ([verifier] timeout_ms)"}
+	setters[timeout] = func(c *cli.Command, cfg *pipeline.Config) {
+		cfg.Verifier.TimeoutMS = int(c.Duration("timeout").Milliseconds())
+	}
+	return []cli.Flag{
+		stringOpt("verifier", nil, "math, exact, choice, format or command ([verifier] name)", func(c *pipeline.Config) *string { return &c.Verifier.Name }),
+		stringOpt("pattern", nil, "format verifier: regular expression the completion must match ([verifier] pattern)", func(c *pipeline.Config) *string { return &c.Verifier.Pattern }),
+		boolOpt("format-json", "format verifier: the completion must be JSON ([verifier] json)", func(c *pipeline.Config) *bool { return &c.Verifier.JSON }),
+		timeout,
+	}
+}
+
+// rewardFlags are [reward], [advantage] and [confidence].
+func rewardFlags() []cli.Flag {
+	return []cli.Flag{
+		stringOpt("reward", nil, "confclip or binary ([reward] method)", func(c *pipeline.Config) *string { return &c.Reward.Method }),
+		stringOpt("weight", nil, "confclip weight: absolute or relative ([reward] weight)", func(c *pipeline.Config) *string { return &c.Reward.Weight }),
+		floatOpt("lambda", nil, "penalty on wrong answers ([reward] lambda)", func(c *pipeline.Config) *float64 { return &c.Reward.Lambda }),
+		floatOpt("lo", nil, "lower clip of the absolute weight ([reward] lo)", func(c *pipeline.Config) *float64 { return &c.Reward.Lo }),
+		floatOpt("hi", nil, "upper clip of the absolute weight ([reward] hi)", func(c *pipeline.Config) *float64 { return &c.Reward.Hi }),
+		floatOpt("eps", nil, "half-width of the relative band ([reward] eps)", func(c *pipeline.Config) *float64 { return &c.Reward.Eps }),
+		floatOpt("format-weight", nil, "weight of the format score added to the reward ([reward] format_weight)", func(c *pipeline.Config) *float64 { return &c.Reward.FormatWeight }),
+		stringOpt("format-pattern", nil, "regular expression of the format score ([reward] format_pattern)", func(c *pipeline.Config) *string { return &c.Reward.FormatPattern }),
+		stringOpt("advantage", nil, "grpo, dr_grpo, rloo or none ([advantage] estimator)", func(c *pipeline.Config) *string { return &c.Advantage.Estimator }),
+		stringOpt("confidence", nil, "geo_mean, arith_mean, min or neg_entropy ([confidence] estimator)", func(c *pipeline.Config) *string { return &c.Confidence.Estimator }),
+		stringOpt("scope", nil, "completion or answer ([confidence] scope)", func(c *pipeline.Config) *string { return &c.Confidence.Scope }),
+		intOpt("vocab", nil, "vocabulary size for neg_entropy ([confidence] vocab)", func(c *pipeline.Config) *int { return &c.Confidence.Vocab }),
+	}
+}
+
+// trainFlags are [train].
+func trainFlags() []cli.Flag {
+	return []cli.Flag{
+		intOpt("lora-rank", nil, "rank of a new adapter ([train] lora_rank)", func(c *pipeline.Config) *int { return &c.Train.LoraRank }),
+		floatOpt("lora-alpha", nil, "alpha of a new adapter ([train] lora_alpha)", func(c *pipeline.Config) *float64 { return &c.Train.LoraAlpha }),
+		floatOpt("lr", nil, "AdamW learning rate ([train] lr)", func(c *pipeline.Config) *float64 { return &c.Train.LR }),
+		floatOpt("weight-decay", nil, "AdamW decoupled weight decay ([train] weight_decay)", func(c *pipeline.Config) *float64 { return &c.Train.WeightDecay }),
+		floatOpt("grad-clip", nil, "clip the gradient's global norm, 0 = off ([train] grad_clip)", func(c *pipeline.Config) *float64 { return &c.Train.GradClip }),
+		stringOpt("loss-agg", nil, "token_mean, seq_mean_token_mean or seq_mean_token_sum_norm ([train] loss_agg)", func(c *pipeline.Config) *string { return &c.Train.LossAgg }),
+		intOpt("micro-batch", nil, "tokens per forward-backward pass ([train] micro_batch)", func(c *pipeline.Config) *int { return &c.Train.MicroBatch }),
+	}
+}
+
+// join concatenates flag lists.
+func join(lists ...[]cli.Flag) []cli.Flag {
+	var out []cli.Flag
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
+// loadConfig reads --config (or the defaults) and applies every config flag
+// of the command that was given on the command line.
+func loadConfig(c *cli.Command) (pipeline.Config, error) {
+	return loadConfigFile(c, c.String("config"))
+}
+
+func loadConfigFile(c *cli.Command, path string) (pipeline.Config, error) {
+	cfg, err := pipeline.LoadConfig(path)
+	if err != nil {
+		return cfg, err
+	}
+	for _, f := range c.Flags {
+		if set, ok := setters[f]; ok && c.IsSet(f.Names()[0]) {
+			set(c, &cfg)
+		}
+	}
+	return cfg, nil
+}
+
+// unescape turns \n, \t and \\ into newline, tab and backslash; nothing
+// else is special (a stop string with a comma is one stop string).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			switch s[i+1] {
+			case 'n':
+				b.WriteByte('\n')
+				i++
+				continue
+			case 't':
+				b.WriteByte('\t')
+				i++
+				continue
+			case '\\':
+				b.WriteByte('\\')
+				i++
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

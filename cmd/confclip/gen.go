@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/confclip/confclip/pipeline"
+)
+
+func init() {
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:  "gen-model",
+			Usage: "write a small deterministic GGUF model with random weights (for tests and benchmarks)",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `FILE`.gguf"},
+				&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny (about 100K parameters) or bench (about 100M, llama only)"},
+				&cli.StringFlag{Name: "arch", Value: "llama", Usage: "architecture: " + strings.Join(pipeline.ModelArchs(), ", ")},
+				&cli.Uint64Flag{Name: "seed", Aliases: []string{"s"}, Value: 1, Usage: "weight RNG seed"},
+				&cli.StringFlag{Name: "quantize", Usage: "quantize with llama.cpp's quantizer: " + strings.Join(pipeline.QuantTypes(), ", ")},
+			},
+			Action: func(ctx context.Context, c *cli.Command) error {
+				err := pipeline.GenModel(pipeline.GenModelOptions{Out: c.String("out"), Size: c.String("size"), Arch: c.String("arch"), Seed: c.Uint64("seed"), Quantize: c.String("quantize")})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(c.Root().Writer, c.String("out"))
+				return nil
+			},
+		}
+	})
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:  "gen-task",
+			Usage: "write the synthetic arithmetic task: train and held-out prompts (math verifier) and a pre-training corpus",
+			Description: "Writes DIR/train.jsonl and DIR/eval.jsonl (prompt records) and DIR/corpus.txt\n" +
+				"(one prompt+solution a line, long worked solutions and short ones mixed, for\n" +
+				"pre-training a small model). The same seed gives the same files.",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "out-dir", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created if needed)"},
+				&cli.IntFlag{Name: "n", Value: 2000, Usage: "problems in all"},
+				&cli.IntFlag{Name: "held-out", Value: 200, Usage: "problems kept for eval.jsonl"},
+				&cli.Uint64Flag{Name: "seed", Aliases: []string{"s"}, Value: 1, Usage: "generator seed"},
+				&cli.IntFlag{Name: "max-operand", Value: pipeline.DefaultMaxOperand, Usage: "largest operand of add and sub, largest factor of mul"},
+				&cli.IntFlag{Name: "max-word-operand", Value: pipeline.DefaultMaxWordOperand, Usage: "largest number in word problems"},
+				&cli.IntFlag{Name: "rl", Usage: "problems kept out of the corpus for RL: train.jsonl gets these only, corpus.txt the rest (0: train.jsonl is the corpus' problems)"},
+				&cli.StringFlag{Name: "ops", Value: "add,sub,mul,word", Usage: "kinds of problem, comma-separated"},
+			},
+			Action: func(ctx context.Context, c *cli.Command) error {
+				res, err := pipeline.GenTask(pipeline.GenTaskOptions{
+					Dir: c.String("out-dir"), N: c.Int("n"), HeldOut: c.Int("held-out"), RL: c.Int("rl"), Seed: c.Uint64("seed"),
+					MaxOperand: c.Int("max-operand"), MaxWordOperand: c.Int("max-word-operand"), Ops: c.String("ops"),
+				})
+				if err != nil {
+					return cli.Exit("gen-task: "+err.Error(), 2)
+				}
+				if res.N < c.Int("n") {
+					fmt.Fprintf(os.Stderr, "gen-task: only %d distinct problems within these bounds (asked for %d)\n", res.N, c.Int("n"))
+				}
+				fmt.Fprintf(c.Root().Writer, "%s\t%d prompts\n%s\t%d prompts\n%s\t%d texts\n", res.Train, res.TrainN, res.Eval, res.EvalN, res.Corpus, res.CorpusN)
+				return nil
+			},
+		}
+	})
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:  "pretrain",
+			Usage: "train a small llama model from scratch on a text corpus (one text a line) with llama.cpp's training code, every weight",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "corpus", Required: true, Usage: "training texts `FILE`, one a line (for example corpus.txt of gen-task)"},
+				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "the trained model `FILE`.gguf"},
+				&cli.IntFlag{Name: "steps", Value: 2000, Usage: "optimiser steps"},
+				&cli.IntFlag{Name: "batch", Value: 16, Usage: "texts per step"},
+				&cli.FloatFlag{Name: "lr", Value: 3e-3, Usage: "AdamW learning rate"},
+				&cli.IntFlag{Name: "embd", Value: 64, Usage: "embedding size"},
+				&cli.IntFlag{Name: "layers", Value: 2, Usage: "blocks"},
+				&cli.IntFlag{Name: "heads", Value: 4, Usage: "attention heads"},
+				&cli.Uint64Flag{Name: "seed", Aliases: []string{"s"}, Value: 1, Usage: "seed of the initial weights and the data order"},
+				&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "CPU threads, 0 = every core"},
+			},
+			Action: pretrainCmd,
+		}
+	})
+}
+
+func pretrainCmd(ctx context.Context, c *cli.Command) error {
+	corpus, err := pipeline.ReadCorpus(c.String("corpus"))
+	if err != nil {
+		return err
+	}
+	steps := c.Int("steps")
+	r := newRenderer(os.Stderr)
+	every := 0
+	err = pipeline.Pretrain(ctx, pipeline.PretrainOptions{
+		Out: c.String("out"), Spec: pipeline.PretrainSpec(c.Int("embd"), c.Int("layers"), c.Int("heads"), c.Uint64("seed")),
+		Corpus: corpus, Steps: steps, BatchSeqs: c.Int("batch"), LR: c.Float("lr"), Seed: c.Uint64("seed"), Threads: c.Int("threads"),
+		Progress: pipeline.TrainEvents(steps, func(e pipeline.Event) {
+			// A line every 50 steps: pre-training takes thousands.
+			if every++; every%50 == 0 || every == steps {
+				r.event(e)
+			}
+		}),
+	})
+	r.end()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.Root().Writer, c.String("out"))
+	return nil
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/confclip/confclip/pipeline"
+)
+
+// renderer turns the pipeline's progress events into lines on stderr:
+// rewritten in place on a terminal, a plain line every few seconds (and at
+// every step's end) otherwise.
+type renderer struct {
+	w       io.Writer
+	tty     bool
+	last    time.Time
+	pending bool // a live line is on the screen
+}
+
+func newRenderer(w io.Writer) *renderer {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	return &renderer{w: w, tty: tty}
+}
+
+// live shows a line that the next one replaces; off a terminal, at most one
+// every five seconds unless final.
+func (r *renderer) live(line string, final bool) {
+	now := time.Now()
+	if r.tty {
+		fmt.Fprintf(r.w, "\r\033[K%s", line)
+		r.pending = true
+		if final {
+			r.end()
+		}
+		return
+	}
+	if final || now.Sub(r.last) >= 5*time.Second {
+		fmt.Fprintln(r.w, line)
+		r.last = now
+	}
+}
+
+// line prints a line that stays.
+func (r *renderer) line(s string) {
+	if r.tty && r.pending {
+		fmt.Fprint(r.w, "\r\033[K")
+		r.pending = false
+	}
+	fmt.Fprintln(r.w, s)
+}
+
+// end finishes a live line.
+func (r *renderer) end() {
+	if r.pending {
+		fmt.Fprintln(r.w)
+		r.pending = false
+	}
+}
+
+func (r *renderer) event(e pipeline.Event) {
+	switch e := e.(type) {
+	case pipeline.RolloutProgress:
+		r.live(fmt.Sprintf("rollout: %d/%d groups, %.1f tokens/s, ETA %s", e.Groups, e.Total, e.TokensPerSecond(), e.ETA().Round(time.Second)), e.Groups == e.Total)
+	case pipeline.TeacherForceProgress:
+		r.live(fmt.Sprintf("logprobs: %d/%d records", e.Records, e.Total), e.Records == e.Total)
+	case pipeline.TrainProgress:
+		st := e.Stats
+		clipped := ""
+		if st.Clipped {
+			clipped = " (clipped)"
+		}
+		eta := time.Duration(float64(e.Elapsed) / float64(e.Step) * float64(e.Steps-e.Step))
+		r.live(fmt.Sprintf("step %d/%d: loss %.5f, grad norm %.4g%s, %d sequences, %d tokens, %.0f tokens/s, ETA %s",
+			e.Step, e.Steps, st.Loss, st.GradNorm, clipped, st.Sequences, st.AllTokens, st.TokensPerSec, eta.Round(time.Second)), true)
+	case pipeline.RunStage:
+		if r.tty {
+			r.live(fmt.Sprintf("step %d/%d: %s", e.Step, e.Steps, e.Stage), false)
+		}
+	case pipeline.RunStepDone:
+		m := e.Metrics
+		ev := ""
+		if m.EvalAccuracy != nil {
+			ev = fmt.Sprintf(", held-out %.3f", *m.EvalAccuracy)
+		}
+		r.line(fmt.Sprintf("step %d/%d: accuracy %.3f%s, reward %.3f, zero-std %.2f (binary %.2f), tokens %.1f, loss %.4g, grad %.3g, %.0f tokens/s, %.1fs, ETA %s",
+			m.Step, e.Steps, m.Accuracy, ev, m.MeanReward, m.ZeroStdFrac, m.ZeroStdFracBinary, m.MeanTokens, m.Loss, m.GradNorm, m.TokensPerS, m.StepS, e.ETA.Round(time.Second)))
+	case pipeline.RunNote:
+		r.line(e.Text)
+	}
+}

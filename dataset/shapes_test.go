@@ -1,0 +1,188 @@
+package dataset
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Each shape, written by hand as a user would have it, maps onto the same
+// prompt fields; the shape line names the mapping.
+func TestReadPromptsShapes(t *testing.T) {
+	cases := []struct {
+		name, text string
+		m          FieldMap
+		shape      string
+		want       []Prompt
+	}{
+		{"confclip", `{"id":"a","prompt":"1+1=","answer":"2"}` + "\n" + `{"messages":[{"role":"user","content":"2+2="}],"answer":4}`,
+			FieldMap{}, "read as confclip jsonl",
+			[]Prompt{{ID: "a", Prompt: "1+1=", Answer: "2"}, {ID: "2", Messages: []Message{{"user", "2+2="}}, Answer: "4"}}},
+		{"trl standard", `{"prompt":"1+1=","solution":"2"}` + "\n\n" + `{"prompt":"3+3=","completion":" 6"}`,
+			FieldMap{}, "read as trl standard jsonl",
+			[]Prompt{{ID: "1", Prompt: "1+1=", Answer: "2"}, {ID: "3", Prompt: "3+3=", Answer: " 6"}}},
+		{"trl conversational", `{"prompt":[{"role":"system","content":"Be brief."},{"role":"user","content":"1+1?"}],"completion":[{"role":"assistant","content":"2"}]}`,
+			FieldMap{}, "read as trl conversational jsonl",
+			[]Prompt{{ID: "1", Messages: []Message{{"system", "Be brief."}, {"user", "1+1?"}}, Answer: "2"}}},
+		{"gsm8k", `{"question":"Tom has 70 apples and buys 2. How many?","answer":"70 + 2 = <<70+2=72>>72\n#### 72"}` + "\n" + `{"question":"big","answer":"so\n#### 1,000"}`,
+			FieldMap{}, "read as gsm8k jsonl",
+			[]Prompt{{ID: "1", Prompt: "Tom has 70 apples and buys 2. How many?", Answer: "72"}, {ID: "2", Prompt: "big", Answer: "1000"}}},
+		{"math", `{"problem":"What is $\\frac{1}{2}+\\frac{1}{2}$?","solution":"We add: $\\boxed{\\frac{2}{2}}$, so $\\boxed{1}$.","level":"Level 1","type":"Algebra"}`,
+			FieldMap{}, "read as math jsonl",
+			[]Prompt{{ID: "1", Prompt: `What is $\frac{1}{2}+\frac{1}{2}$?`, Answer: "1", Meta: map[string]any{"level": "Level 1", "type": "Algebra"}}}},
+		{"math-500", `{"problem":"p","solution":"s \\boxed{x}","answer":"\\frac{1}{2}","unique_id":"test/algebra/1.json"}`,
+			FieldMap{}, "read as math jsonl",
+			[]Prompt{{ID: "test/algebra/1.json", Prompt: "p", Answer: `\frac{1}{2}`}}},
+		{"mapped", `{"q":"1+1=","sol":"it is \\boxed{2}","key":17}`,
+			FieldMap{Prompt: "q", Answer: "sol:boxed", ID: "key"}, "read as mapped jsonl",
+			[]Prompt{{ID: "17", Prompt: "1+1=", Answer: "2"}}},
+		{"mapped over a shape", `{"question":"q?","answer":"x\n#### 5","final":"five"}`,
+			FieldMap{Answer: "final"}, "read as gsm8k (mapped) jsonl",
+			[]Prompt{{ID: "1", Prompt: "q?", Answer: "five"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pf, err := ReadPrompts(writeFile(t, "p.jsonl", c.text), c.m, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(pf.Shape, c.shape) {
+				t.Errorf("shape %q, want prefix %q", pf.Shape, c.shape)
+			}
+			if len(pf.Prompts) != len(c.want) {
+				t.Fatalf("%d prompts, want %d", len(pf.Prompts), len(c.want))
+			}
+			for i, w := range c.want {
+				g := pf.Prompts[i]
+				if g.ID != w.ID || g.Prompt != w.Prompt || g.Answer != w.Answer || len(g.Messages) != len(w.Messages) {
+					t.Errorf("prompt %d = %+v, want %+v", i, g, w)
+				}
+				for j := range w.Messages {
+					if g.Messages[j] != w.Messages[j] {
+						t.Errorf("prompt %d message %d = %+v, want %+v", i, j, g.Messages[j], w.Messages[j])
+					}
+				}
+				for k, v := range w.Meta {
+					if g.Meta[k] != v {
+						t.Errorf("prompt %d meta %s = %v, want %v", i, k, g.Meta[k], v)
+					}
+				}
+			}
+		})
+	}
+}
+
+// verl's own Parquet layout: prompt as messages, the answer nested in
+// reward_model, the id in extra_info.index.
+type verlMsg struct {
+	Role    string `parquet:"role"`
+	Content string `parquet:"content"`
+}
+type verlRow struct {
+	DataSource  string    `parquet:"data_source"`
+	Prompt      []verlMsg `parquet:"prompt,list"`
+	Ability     string    `parquet:"ability"`
+	RewardModel struct {
+		GroundTruth string `parquet:"ground_truth"`
+		Style       string `parquet:"style"`
+	} `parquet:"reward_model"`
+	ExtraInfo struct {
+		Index int64  `parquet:"index"`
+		Split string `parquet:"split"`
+	} `parquet:"extra_info"`
+}
+
+func TestReadPromptsVerlParquet(t *testing.T) {
+	var rows []verlRow
+	for i, q := range []string{"1+1=", "2+5="} {
+		r := verlRow{DataSource: "openai/gsm8k", Prompt: []verlMsg{{"user", q}}, Ability: "math"}
+		r.RewardModel.GroundTruth, r.RewardModel.Style = []string{"2", "7"}[i], "rule"
+		r.ExtraInfo.Index, r.ExtraInfo.Split = int64(10+i), "train"
+		rows = append(rows, r)
+	}
+	path := filepath.Join(t.TempDir(), "train.parquet")
+	if err := parquet.WriteFile(path, rows); err != nil {
+		t.Fatal(err)
+	}
+	pf, err := ReadPrompts(path, FieldMap{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "read as verl parquet: messages=prompt, answer=reward_model.ground_truth"; !strings.HasPrefix(pf.Shape, want) {
+		t.Errorf("shape %q, want %q", pf.Shape, want)
+	}
+	if len(pf.Prompts) != 2 {
+		t.Fatalf("%d prompts", len(pf.Prompts))
+	}
+	p := pf.Prompts[1]
+	if p.ID != "11" || p.Answer != "7" || len(p.Messages) != 1 || p.Messages[0].Content != "2+5=" {
+		t.Errorf("row 2 = %+v", p)
+	}
+	if p.Meta["data_source"] != "openai/gsm8k" {
+		t.Errorf("data_source not kept in meta: %v", p.Meta)
+	}
+}
+
+func TestReadPromptsNoShape(t *testing.T) {
+	_, err := ReadPrompts(writeFile(t, "p.jsonl", `{"text":"hi","label":3}`), FieldMap{}, false)
+	if err == nil {
+		t.Fatal("a file of no known shape was read")
+	}
+	for _, want := range []string{"p.jsonl", "label, text", "verl (", "gsm8k (", "trl standard (", "--map"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+func TestReadPromptsBadRecord(t *testing.T) {
+	text := `{"question":"a","answer":"x #### 1"}` + "\n" + `{"question":"b","answer":"no marker"}` + "\n"
+	path := writeFile(t, "g.jsonl", text)
+	if _, err := ReadPrompts(path, FieldMap{}, false); err == nil || !strings.Contains(err.Error(), "g.jsonl:2") || !strings.Contains(err.Error(), "####") {
+		t.Errorf("error %v: want line 2 and the missing ####", err)
+	}
+	pf, err := ReadPrompts(path, FieldMap{}, true)
+	if err != nil || len(pf.Prompts) != 1 || len(pf.Skipped) != 1 {
+		t.Errorf("skipBad: %d prompts, %d skipped, %v", len(pf.Prompts), len(pf.Skipped), err)
+	}
+}
+
+func TestParseFieldMap(t *testing.T) {
+	m, err := ParseFieldMap("prompt=question, answer=solution:boxed")
+	if err != nil || m.Prompt != "question" || m.Answer != "solution:boxed" {
+		t.Errorf("%+v %v", m, err)
+	}
+	for _, bad := range []string{"prompt", "title=x", "answer="} {
+		if _, err := ParseFieldMap(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestLastBoxed(t *testing.T) {
+	for in, want := range map[string]string{
+		`so \boxed{\frac{1}{2}}.`:      `\frac{1}{2}`,
+		`\boxed{1} then \boxed{{2}^3}`: `{2}^3`,
+		`\fbox{7}`:                     "7",
+		`\boxed 5$.`:                   "5",
+	} {
+		if got, ok := LastBoxed(in); !ok || got != want {
+			t.Errorf("LastBoxed(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+	if _, ok := LastBoxed(`\boxed{open`); ok {
+		t.Error("an unclosed box gave an answer")
+	}
+}

@@ -1,0 +1,22 @@
+package llama
+
+import "os"
+
+// GGUFDataOffset is where a file's tensor data starts, by the pre-check's
+// reading of its header (0 when the pre-check rejects it).
+func GGUFDataOffset(path string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	h, err := precheckGGUF(f, st.Size())
+	if err != nil {
+		return 0
+	}
+	return int64(h.DataStart)
+}

@@ -1,0 +1,581 @@
+package llama
+
+/*
+#include "ggml.h"
+*/
+import "C"
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"os"
+	"strings"
+)
+
+// GGUF value types (gguf.h's enum gguf_type).
+const (
+	ggufU8 = iota
+	ggufI8
+	ggufU16
+	ggufI16
+	ggufU32
+	ggufI32
+	ggufF32
+	ggufBool
+	ggufString
+	ggufArray
+	ggufU64
+	ggufI64
+	ggufF64
+	ggufTypeCount
+)
+
+var ggufTypeNames = [ggufTypeCount]string{"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"}
+
+// ggufTypeSize is the byte size of a fixed-size value type (0 for string
+// and array).
+var ggufTypeSize = [ggufTypeCount]uint64{1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8}
+
+func ggufTypeName(t uint32) string {
+	if t < ggufTypeCount {
+		return ggufTypeNames[t]
+	}
+	return fmt.Sprintf("type %d", t)
+}
+
+// ggufValue is one metadata value as the pre-check keeps it: scalars by
+// value, arrays by element type and length only (their elements are read
+// and dropped, so memory stays small whatever the file says).
+type ggufValue struct {
+	Type    uint32 // ggufArray for arrays
+	ArrType uint32 // element type of an array
+	N       uint64 // array length
+	Val     any    // scalar: uint64, int64, float64, bool or string
+}
+
+func (v ggufValue) typeName() string {
+	if v.Type == ggufArray {
+		return "array of " + ggufTypeName(v.ArrType)
+	}
+	return ggufTypeName(v.Type)
+}
+
+// ggufHeader is what PrecheckGGUF read from a file's header.
+type ggufHeader struct {
+	Version uint32
+	KV      map[string]ggufValue
+	Tensors int
+	// DataStart is where the tensor data starts and DataEnd where the last
+	// tensor's data ends, from the file's start.
+	DataStart, DataEnd uint64
+}
+
+// ggufLimits of the format that ggml enforces (GGML_MAX_DIMS, GGML_MAX_NAME).
+const (
+	ggufMaxDims = 4
+	ggufMaxName = 64
+	ggufVersion = 3
+)
+
+// PrecheckGGUF reads a GGUF file's header in Go and rejects what would make
+// ggml's or llama.cpp's loader crash or allocate without bound: lengths and
+// counts larger than the file, empty or repeated keys, invalid types, zero
+// or overflowing tensor dimensions, tensor data beyond the end of the file,
+// keys that llama.cpp reads with the wrong type, duplicate token texts and
+// non-finite hyper-parameters. Every error names the field. Memory use is
+// bounded by the file's size: no length in the file is trusted before the
+// bytes behind it are known to exist.
+func PrecheckGGUF(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fileErr(path, "%v", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fileErr(path, "%v", err)
+	}
+	if _, err := precheckGGUF(f, st.Size()); err != nil {
+		return fileErr(path, "%v", err)
+	}
+	return nil
+}
+
+// ggufReader reads little-endian values, refusing any read that would go
+// past the file's size before allocating for it.
+type ggufReader struct {
+	r    *bufio.Reader
+	off  uint64
+	size uint64
+}
+
+func (r *ggufReader) left() uint64 { return r.size - r.off }
+
+func (r *ggufReader) bytes(n uint64, what string) ([]byte, error) {
+	if n > r.left() {
+		return nil, fmt.Errorf("%s: %d bytes at offset %d, past the end of the file (%d bytes)", what, n, r.off, r.size)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		return nil, fmt.Errorf("%s: %v", what, err)
+	}
+	r.off += n
+	return b, nil
+}
+
+func (r *ggufReader) skip(n uint64, what string) error {
+	if n > r.left() {
+		return fmt.Errorf("%s: %d bytes at offset %d, past the end of the file (%d bytes)", what, n, r.off, r.size)
+	}
+	if _, err := r.r.Discard(int(n)); err != nil {
+		return fmt.Errorf("%s: %v", what, err)
+	}
+	r.off += n
+	return nil
+}
+
+func (r *ggufReader) u32(what string) (uint32, error) {
+	b, err := r.bytes(4, what)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b), nil
+}
+
+func (r *ggufReader) u64(what string) (uint64, error) {
+	b, err := r.bytes(8, what)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}
+
+func (r *ggufReader) str(what string) (string, error) {
+	n, err := r.u64(what + " length")
+	if err != nil {
+		return "", err
+	}
+	b, err := r.bytes(n, what)
+	return string(b), err
+}
+
+// scalar reads one fixed-size or string value of type t.
+func (r *ggufReader) scalar(t uint32, what string) (any, error) {
+	if t == ggufString {
+		return r.str(what)
+	}
+	b, err := r.bytes(ggufTypeSize[t], what)
+	if err != nil {
+		return nil, err
+	}
+	switch t {
+	case ggufU8:
+		return uint64(b[0]), nil
+	case ggufI8:
+		return int64(int8(b[0])), nil
+	case ggufU16:
+		return uint64(binary.LittleEndian.Uint16(b)), nil
+	case ggufI16:
+		return int64(int16(binary.LittleEndian.Uint16(b))), nil
+	case ggufU32:
+		return uint64(binary.LittleEndian.Uint32(b)), nil
+	case ggufI32:
+		return int64(int32(binary.LittleEndian.Uint32(b))), nil
+	case ggufF32:
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b))), nil
+	case ggufBool:
+		return b[0] != 0, nil
+	case ggufU64:
+		return binary.LittleEndian.Uint64(b), nil
+	case ggufI64:
+		return int64(binary.LittleEndian.Uint64(b)), nil
+	case ggufF64:
+		return math.Float64frombits(binary.LittleEndian.Uint64(b)), nil
+	}
+	return nil, fmt.Errorf("%s: invalid type %d", what, t)
+}
+
+// tokenListKey is read element by element: the duplicate check needs the
+// texts (llama.cpp asserts that every token text is unique).
+const tokenListKey = "tokenizer.ggml.tokens"
+
+// precheckGGUF checks a GGUF stream of the given size (see PrecheckGGUF).
+func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
+	if size < 0 {
+		return nil, fmt.Errorf("negative size")
+	}
+	r := &ggufReader{r: bufio.NewReaderSize(rd, 64<<10), size: uint64(size)}
+	magic, err := r.bytes(4, "magic")
+	if err != nil {
+		return nil, err
+	}
+	if string(magic) != "GGUF" {
+		return nil, fmt.Errorf("not a GGUF file (bad magic)")
+	}
+	h := &ggufHeader{KV: map[string]ggufValue{}}
+	if h.Version, err = r.u32("version"); err != nil {
+		return nil, err
+	}
+	if h.Version < 2 || h.Version > ggufVersion {
+		return nil, fmt.Errorf("GGUF version %d: only versions 2 and 3 are read", h.Version)
+	}
+	nTensors, err := r.u64("tensor count")
+	if err != nil {
+		return nil, err
+	}
+	nKV, err := r.u64("metadata key count")
+	if err != nil {
+		return nil, err
+	}
+	// A key takes at least 8+1+4 bytes and a tensor 8+1+4+8+4+8: counts
+	// beyond what the file can hold are rejected before anything is sized
+	// by them.
+	if nKV > r.left()/13 {
+		return nil, fmt.Errorf("metadata key count %d: the file cannot hold that many", nKV)
+	}
+	if nTensors > r.left()/33 {
+		return nil, fmt.Errorf("tensor count %d: the file cannot hold that many", nTensors)
+	}
+
+	var tokens map[string]uint64 // text -> first index
+	for i := uint64(0); i < nKV; i++ {
+		key, err := r.str(fmt.Sprintf("metadata key %d", i))
+		if err != nil {
+			return nil, err
+		}
+		if key == "" {
+			return nil, fmt.Errorf("metadata key %d: empty key", i)
+		}
+		if _, dup := h.KV[key]; dup {
+			return nil, fmt.Errorf("metadata key %q: appears twice", key)
+		}
+		t, err := r.u32(fmt.Sprintf("key %q: type", key))
+		if err != nil {
+			return nil, err
+		}
+		if t >= ggufTypeCount {
+			return nil, fmt.Errorf("key %q: invalid value type %d", key, t)
+		}
+		v := ggufValue{Type: t}
+		if t != ggufArray {
+			if v.Val, err = r.scalar(t, fmt.Sprintf("key %q: value", key)); err != nil {
+				return nil, err
+			}
+			h.KV[key] = v
+			continue
+		}
+		if v.ArrType, err = r.u32(fmt.Sprintf("key %q: array element type", key)); err != nil {
+			return nil, err
+		}
+		if v.ArrType >= ggufTypeCount || v.ArrType == ggufArray {
+			return nil, fmt.Errorf("key %q: invalid array element type %s", key, ggufTypeName(v.ArrType))
+		}
+		if v.N, err = r.u64(fmt.Sprintf("key %q: array length", key)); err != nil {
+			return nil, err
+		}
+		if v.ArrType == ggufString {
+			// Each string is at least its 8-byte length.
+			if v.N > r.left()/8 {
+				return nil, fmt.Errorf("key %q: array length %d: the file cannot hold that many strings", key, v.N)
+			}
+			isTokens := key == tokenListKey
+			if isTokens {
+				tokens = make(map[string]uint64, v.N)
+			}
+			for j := uint64(0); j < v.N; j++ {
+				what := fmt.Sprintf("key %q: element %d", key, j)
+				if !isTokens {
+					n, err := r.u64(what + " length")
+					if err != nil {
+						return nil, err
+					}
+					if err := r.skip(n, what); err != nil {
+						return nil, err
+					}
+					continue
+				}
+				s, err := r.str(what)
+				if err != nil {
+					return nil, err
+				}
+				if s == "" { // llama.cpp names an empty token this way
+					s = fmt.Sprintf("[EMPTY_%d]", j)
+				}
+				if first, dup := tokens[s]; dup {
+					return nil, fmt.Errorf("key %q: tokens %d and %d have the same text %q", key, first, j, clipText(s))
+				}
+				tokens[s] = j
+			}
+		} else {
+			es := ggufTypeSize[v.ArrType]
+			if v.N > r.left()/es {
+				return nil, fmt.Errorf("key %q: array length %d: the file cannot hold %d values of %d bytes", key, v.N, v.N, es)
+			}
+			if err := r.skip(v.N*es, fmt.Sprintf("key %q: array data", key)); err != nil {
+				return nil, err
+			}
+		}
+		h.KV[key] = v
+	}
+
+	align := uint64(32) // GGUF_DEFAULT_ALIGNMENT
+	if v, ok := h.KV["general.alignment"]; ok {
+		if v.Type != ggufU32 {
+			return nil, fmt.Errorf("key \"general.alignment\": type %s, want u32", v.typeName())
+		}
+		align = v.Val.(uint64)
+		if align == 0 || align&(align-1) != 0 {
+			return nil, fmt.Errorf("key \"general.alignment\" = %d: not a power of 2", align)
+		}
+	}
+
+	names := make(map[string]bool, nTensors)
+	var dataSize, dataEnd uint64 // relative to the data section
+	for i := uint64(0); i < nTensors; i++ {
+		name, err := r.str(fmt.Sprintf("tensor %d: name", i))
+		if err != nil {
+			return nil, err
+		}
+		if len(name) >= ggufMaxName {
+			return nil, fmt.Errorf("tensor %d: name of %d bytes, the limit is %d", i, len(name), ggufMaxName-1)
+		}
+		if names[name] {
+			return nil, fmt.Errorf("tensor %q: appears twice", name)
+		}
+		names[name] = true
+		nDims, err := r.u32(fmt.Sprintf("tensor %q: dimension count", name))
+		if err != nil {
+			return nil, err
+		}
+		if nDims > ggufMaxDims {
+			return nil, fmt.Errorf("tensor %q: %d dimensions, at most %d", name, nDims, ggufMaxDims)
+		}
+		ne := [ggufMaxDims]uint64{1, 1, 1, 1}
+		elems := uint64(1)
+		for j := uint32(0); j < nDims; j++ {
+			if ne[j], err = r.u64(fmt.Sprintf("tensor %q: dimension %d", name, j)); err != nil {
+				return nil, err
+			}
+			if ne[j] == 0 {
+				return nil, fmt.Errorf("tensor %q: dimension %d is 0", name, j)
+			}
+			if ne[j] > math.MaxInt64 {
+				return nil, fmt.Errorf("tensor %q: dimension %d is negative", name, j)
+			}
+			hi, lo := bits.Mul64(elems, ne[j])
+			if hi != 0 || lo >= math.MaxInt64 {
+				return nil, fmt.Errorf("tensor %q: shape %v: the element count overflows", name, ne[:nDims])
+			}
+			elems = lo
+		}
+		typ, err := r.u32(fmt.Sprintf("tensor %q: type", name))
+		if err != nil {
+			return nil, err
+		}
+		if typ >= C.GGML_TYPE_COUNT || C.ggml_blck_size(C.enum_ggml_type(typ)) == 0 {
+			return nil, fmt.Errorf("tensor %q: invalid ggml type %d", name, typ)
+		}
+		blck := uint64(C.ggml_blck_size(C.enum_ggml_type(typ)))
+		tsize := uint64(C.ggml_type_size(C.enum_ggml_type(typ)))
+		if ne[0]%blck != 0 {
+			return nil, fmt.Errorf("tensor %q: %d elements per row, not a multiple of %s's block size %d", name, ne[0], C.GoString(C.ggml_type_name(C.enum_ggml_type(typ))), blck)
+		}
+		off, err := r.u64(fmt.Sprintf("tensor %q: data offset", name))
+		if err != nil {
+			return nil, err
+		}
+		if off != dataSize {
+			return nil, fmt.Errorf("tensor %q: data offset %d, expected %d", name, off, dataSize)
+		}
+		hi, nbytes := bits.Mul64(elems/blck, tsize)
+		if hi != 0 || nbytes > uint64(size) {
+			return nil, fmt.Errorf("tensor %q: shape %v of %s needs more bytes than the file has", name, ne[:nDims], C.GoString(C.ggml_type_name(C.enum_ggml_type(typ))))
+		}
+		dataEnd = off + nbytes
+		padded := (nbytes + align - 1) &^ (align - 1)
+		if dataSize += padded; dataSize > uint64(size) {
+			return nil, fmt.Errorf("tensor %q: data ends past the end of the file (%d bytes)", name, size)
+		}
+	}
+	h.Tensors = int(nTensors)
+	dataStart := (r.off + align - 1) &^ (align - 1)
+	h.DataStart = dataStart
+	if nTensors > 0 {
+		h.DataEnd = dataStart + dataEnd
+		if h.DataEnd > uint64(size) {
+			return nil, fmt.Errorf("truncated: tensor data needs %d bytes, the file has %d", h.DataEnd, size)
+		}
+	}
+	if err := checkKnownKeys(h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// clipText shortens a token text for an error message.
+func clipText(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// keyRule is the type llama.cpp reads a key with. ggufArray rules give the
+// element types allowed; arrOrScalar keys may be a scalar of Type or an
+// array of the element types.
+type keyRule struct {
+	types    []uint32 // allowed scalar types (nil: must be an array)
+	elems    []uint32 // allowed array element types (nil: must be a scalar)
+	positive bool     // a number that must be > 0
+}
+
+var (
+	u32Only  = []uint32{ggufU32}
+	intElems = []uint32{ggufU32, ggufI32}
+	strOnly  = []uint32{ggufString}
+	f32Only  = []uint32{ggufF32}
+	boolOnly = []uint32{ggufBool}
+)
+
+// generalRules are keys outside the architecture's namespace that
+// llama.cpp reads directly (some with ggml's asserting getters).
+var generalRules = map[string]keyRule{
+	"general.architecture":                    {types: strOnly},
+	"general.file_type":                       {types: u32Only},
+	"tokenizer.ggml.model":                    {types: strOnly},
+	"tokenizer.ggml.pre":                      {types: strOnly},
+	"tokenizer.ggml.tokens":                   {elems: strOnly},
+	"tokenizer.ggml.scores":                   {elems: f32Only},
+	"tokenizer.ggml.token_type":               {elems: []uint32{ggufI32}},
+	"tokenizer.ggml.merges":                   {elems: strOnly},
+	"tokenizer.ggml.precompiled_charsmap":     {elems: []uint32{ggufU8, ggufI8}},
+	"tokenizer.ggml.bos_token_id":             {types: u32Only},
+	"tokenizer.ggml.eos_token_id":             {types: u32Only},
+	"tokenizer.ggml.eot_token_id":             {types: u32Only},
+	"tokenizer.ggml.eom_token_id":             {types: u32Only},
+	"tokenizer.ggml.unknown_token_id":         {types: u32Only},
+	"tokenizer.ggml.seperator_token_id":       {types: u32Only},
+	"tokenizer.ggml.padding_token_id":         {types: u32Only},
+	"tokenizer.ggml.mask_token_id":            {types: u32Only},
+	"tokenizer.ggml.add_bos_token":            {types: boolOnly},
+	"tokenizer.ggml.add_eos_token":            {types: boolOnly},
+	"tokenizer.ggml.add_space_prefix":         {types: boolOnly},
+	"tokenizer.ggml.remove_extra_whitespaces": {types: boolOnly},
+	"tokenizer.chat_template":                 {types: strOnly},
+	"adapter.type":                            {types: strOnly},
+	"adapter.lora.alpha":                      {types: f32Only},
+}
+
+// archRules are keys under "<architecture>." that llama.cpp reads.
+var archRules = map[string]keyRule{
+	"context_length":                   {types: u32Only, positive: true},
+	"embedding_length":                 {types: u32Only, positive: true},
+	"block_count":                      {types: u32Only, positive: true},
+	"vocab_size":                       {types: u32Only, positive: true},
+	"feed_forward_length":              {types: u32Only, elems: intElems},
+	"attention.head_count":             {types: u32Only, elems: intElems, positive: true},
+	"attention.head_count_kv":          {types: u32Only, elems: intElems},
+	"attention.key_length":             {types: u32Only},
+	"attention.value_length":           {types: u32Only},
+	"rope.dimension_count":             {types: u32Only},
+	"rope.dimension_sections":          {elems: intElems},
+	"rope.freq_base":                   {types: f32Only},
+	"rope.scaling.factor":              {types: f32Only},
+	"attention.layer_norm_epsilon":     {types: f32Only},
+	"attention.layer_norm_rms_epsilon": {types: f32Only},
+	"expert_count":                     {types: u32Only},
+	"expert_used_count":                {types: u32Only},
+	"xielu.alpha_n":                    {types: f32Only, elems: f32Only},
+	"xielu.alpha_p":                    {types: f32Only, elems: f32Only},
+	"xielu.beta":                       {types: f32Only, elems: f32Only},
+	"xielu.eps":                        {types: f32Only, elems: f32Only},
+}
+
+// checkKnownKeys checks the types of the keys llama.cpp reads, the token
+// list's companions, and that every hyper-parameter is a finite number
+// (an epsilon also not negative).
+func checkKnownKeys(h *ggufHeader) error {
+	check := func(key string, rule keyRule, v ggufValue) error {
+		if v.Type == ggufArray {
+			for _, t := range rule.elems {
+				if v.ArrType == t {
+					return nil
+				}
+			}
+		} else {
+			for _, t := range rule.types {
+				if v.Type == t {
+					if rule.positive && isZero(v.Val) {
+						return fmt.Errorf("key %q = 0: must be positive", key)
+					}
+					return nil
+				}
+			}
+		}
+		var want []string
+		for _, t := range rule.types {
+			want = append(want, ggufTypeName(t))
+		}
+		for _, t := range rule.elems {
+			want = append(want, "array of "+ggufTypeName(t))
+		}
+		return fmt.Errorf("key %q: type %s, llama.cpp reads it as %s", key, v.typeName(), strings.Join(want, " or "))
+	}
+	arch := ""
+	if v, ok := h.KV["general.architecture"]; ok {
+		arch, _ = v.Val.(string)
+	}
+	for key, v := range h.KV {
+		if rule, ok := generalRules[key]; ok {
+			if err := check(key, rule, v); err != nil {
+				return err
+			}
+		}
+		if arch != "" && strings.HasPrefix(key, arch+".") {
+			suffix := strings.TrimPrefix(key, arch+".")
+			if rule, ok := archRules[suffix]; ok {
+				if err := check(key, rule, v); err != nil {
+					return err
+				}
+			}
+		}
+		if f, ok := v.Val.(float64); ok && (v.Type == ggufF32 || v.Type == ggufF64) {
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				return fmt.Errorf("key %q = %v: not a finite number", key, f)
+			}
+			if strings.HasSuffix(key, "epsilon") && f < 0 {
+				return fmt.Errorf("key %q = %v: must not be negative", key, f)
+			}
+		}
+	}
+	if toks, ok := h.KV[tokenListKey]; ok {
+		if toks.N == 0 {
+			return fmt.Errorf("key %q: no tokens", tokenListKey)
+		}
+		if toks.N > math.MaxInt32 {
+			return fmt.Errorf("key %q: %d tokens, more than a token id can hold", tokenListKey, toks.N)
+		}
+		for _, k := range []string{"tokenizer.ggml.scores", "tokenizer.ggml.token_type"} {
+			if v, ok := h.KV[k]; ok && v.N != toks.N {
+				return fmt.Errorf("key %q: %d values for %d tokens", k, v.N, toks.N)
+			}
+		}
+	}
+	return nil
+}
+
+func isZero(v any) bool {
+	switch v := v.(type) {
+	case uint64:
+		return v == 0
+	case int64:
+		return v == 0
+	case float64:
+		return v == 0
+	}
+	return false
+}

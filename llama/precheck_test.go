@@ -1,0 +1,404 @@
+package llama_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/confclip/confclip/llama"
+)
+
+// ggufKV is where one metadata pair sits in a GGUF file's bytes.
+type ggufKV struct {
+	key                       string
+	keyOff, typeOff, valueOff int   // valueOff: the value, or an array's element type
+	elems                     []int // offsets of a string array's elements (their lengths)
+}
+
+// ggufTensor is where one tensor-table entry sits.
+type ggufTensor struct {
+	name            string
+	dimsOff, typOff int // dimsOff: the dimension count
+}
+
+// ggufLayout walks a well-formed GGUF file's header (test fixtures only:
+// it trusts the file) and returns where its fields are, so that a test
+// can corrupt one field at a time.
+func ggufLayout(t testing.TB, b []byte) (kvs map[string]ggufKV, tensors []ggufTensor) {
+	t.Helper()
+	off := 8
+	u32 := func() int { v := int(binary.LittleEndian.Uint32(b[off:])); off += 4; return v }
+	u64 := func() int { v := int(binary.LittleEndian.Uint64(b[off:])); off += 8; return v }
+	str := func() string { n := u64(); s := string(b[off : off+n]); off += n; return s }
+	size := map[int]int{0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+	nt, nkv := u64(), u64()
+	kvs = map[string]ggufKV{}
+	for i := 0; i < nkv; i++ {
+		kv := ggufKV{keyOff: off}
+		kv.key = str()
+		kv.typeOff = off
+		typ := u32()
+		kv.valueOff = off
+		switch typ {
+		case 8:
+			str()
+		case 9:
+			et, n := u32(), u64()
+			for j := 0; j < n; j++ {
+				if et == 8 {
+					kv.elems = append(kv.elems, off)
+					str()
+				} else {
+					off += size[et]
+				}
+			}
+		default:
+			off += size[typ]
+		}
+		kvs[kv.key] = kv
+	}
+	for i := 0; i < nt; i++ {
+		var ti ggufTensor
+		ti.name = str()
+		ti.dimsOff = off
+		off += 8 * u32()
+		ti.typOff = off
+		off += 4 + 8
+		tensors = append(tensors, ti)
+	}
+	return kvs, tensors
+}
+
+// mutation is one hostile change to a valid model, and the text its error
+// must contain (it names the field).
+type mutation struct {
+	name, want string
+	apply      func(t testing.TB, b []byte) []byte
+}
+
+func put32(b []byte, off int, v uint32) { binary.LittleEndian.PutUint32(b[off:], v) }
+func put64(b []byte, off int, v uint64) { binary.LittleEndian.PutUint64(b[off:], v) }
+
+// hostileCases are the crashes issue 13 found in mutants of a model (and a
+// few neighbours): each must be a Go error naming the field.
+var hostileCases = []mutation{
+	{"tensor dimension 0", "dimension 0 is 0", func(t testing.TB, b []byte) []byte {
+		_, ts := ggufLayout(t, b)
+		put64(b, ts[0].dimsOff+4, 0)
+		return b
+	}},
+	{"empty key", "empty key", func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		kv := kvs["general.name"]
+		// Length 0, the key's bytes become part of the next field: build the
+		// file again with the key cut out.
+		out := append([]byte{}, b[:kv.keyOff]...)
+		out = binary.LittleEndian.AppendUint64(out, 0)
+		return append(out, b[kv.typeOff:]...)
+	}},
+	{"key length 2^32", "past the end of the file", func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put64(b, kvs["general.name"].keyOff, 1<<32)
+		return b
+	}},
+	{"array count huge", "the file cannot hold", func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put64(b, kvs["tokenizer.ggml.scores"].valueOff+4, 1<<40)
+		return b
+	}},
+	{"no tokens", "no tokens", func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		kv := kvs["tokenizer.ggml.tokens"]
+		out := append([]byte{}, b[:kv.valueOff+4]...)
+		out = binary.LittleEndian.AppendUint64(out, 0)
+		end := kvs["tokenizer.ggml.scores"].keyOff
+		for _, other := range kvs { // the pair written after the token list
+			if other.keyOff > kv.keyOff && other.keyOff < end {
+				end = other.keyOff
+			}
+		}
+		return append(out, b[end:]...)
+	}},
+	{"known key with the wrong type", `"llama.context_length": type f32`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["llama.context_length"].typeOff, 6) // u32 -> f32, same size
+		return b
+	}},
+	{"general.alignment not u32", `"general.alignment"`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		kv := kvs["general.file_type"] // u32: renamed to general.alignment with type i32
+		name := "general.alignment"
+		out := append([]byte{}, b[:kv.keyOff]...)
+		out = binary.LittleEndian.AppendUint64(out, uint64(len(name)))
+		out = append(out, name...)
+		out = binary.LittleEndian.AppendUint32(out, 5)
+		return append(out, b[kv.valueOff:]...)
+	}},
+	{"duplicate token texts", "have the same text", func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		el := kvs["tokenizer.ggml.tokens"].elems
+		// Two tokens of the same length: the second takes the first's text.
+		byLen := map[int]int{}
+		for _, off := range el {
+			n := int(binary.LittleEndian.Uint64(b[off:]))
+			if first, ok := byLen[n]; ok && n > 0 {
+				copy(b[off+8:off+8+n], b[first+8:first+8+n])
+				return b
+			}
+			byLen[n] = off
+		}
+		t.Fatal("no two tokens of the same length")
+		return nil
+	}},
+	{"NaN epsilon", `layer_norm_rms_epsilon" = NaN`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["llama.attention.layer_norm_rms_epsilon"].valueOff, math.Float32bits(float32(math.NaN())))
+		return b
+	}},
+	{"negative epsilon", "must not be negative", func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["llama.attention.layer_norm_rms_epsilon"].valueOff, math.Float32bits(-1))
+		return b
+	}},
+	{"infinite rope base", `"llama.rope.freq_base" = +Inf`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["llama.rope.freq_base"].valueOff, math.Float32bits(float32(math.Inf(1))))
+		return b
+	}},
+	{"zero heads", `"llama.attention.head_count" = 0`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["llama.attention.head_count"].valueOff, 0)
+		return b
+	}},
+	{"overflowing element count", "element count overflows", func(t testing.TB, b []byte) []byte {
+		_, ts := ggufLayout(t, b)
+		put32(b, ts[0].dimsOff, 2)
+		put64(b, ts[0].dimsOff+4, 1<<40)
+		put64(b, ts[0].dimsOff+12, 1<<40)
+		return b
+	}},
+	{"invalid tensor type", "invalid ggml type", func(t testing.TB, b []byte) []byte {
+		_, ts := ggufLayout(t, b)
+		put32(b, ts[0].typOff, 1000)
+		return b
+	}},
+	{"scores shorter than tokens", `"tokenizer.ggml.scores"`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		kv := kvs["tokenizer.ggml.scores"]
+		n := binary.LittleEndian.Uint64(b[kv.valueOff+4:])
+		// One value fewer: its 4 bytes are removed.
+		put64(b, kv.valueOff+4, n-1)
+		return append(b[:kv.valueOff+12:kv.valueOff+12], b[kv.valueOff+16:]...)
+	}},
+	{"truncated", "truncated", func(t testing.TB, b []byte) []byte {
+		return b[:len(b)-100]
+	}},
+}
+
+// TestPrecheckRejectsHostileFiles checks that every crash of issue 13 is a
+// Go error naming the field, and that llama.cpp is never asked to load the
+// file (OpenGGUF and LoadModel run the pre-check first).
+func TestPrecheckRejectsHostileFiles(t *testing.T) {
+	orig, err := os.ReadFile(tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llama.PrecheckGGUF(tinyPath); err != nil {
+		t.Fatalf("the valid tiny model: %v", err)
+	}
+	dir := t.TempDir()
+	for _, c := range hostileCases {
+		t.Run(c.name, func(t *testing.T) {
+			b := c.apply(t, bytes.Clone(orig))
+			path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+".gguf")
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := llama.PrecheckGGUF(path)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("pre-check: got %v, want an error naming %s and containing %q", err, path, c.want)
+			}
+			_, err = llama.LoadModel(path, llama.ModelParams{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("LoadModel: got %v, want the pre-check's error", err)
+			}
+		})
+	}
+}
+
+// TestPrecheckAcceptsRealFiles: every shared model and vocabulary file
+// passes (a pre-check that rejected real files would be useless).
+func TestPrecheckAcceptsRealFiles(t *testing.T) {
+	dir := sharedModels(t)
+	files, _ := filepath.Glob(filepath.Join(dir, "*.gguf"))
+	if len(files) == 0 {
+		t.Fatalf("no GGUF files in %s", dir)
+	}
+	for _, f := range append(files, tinyPath) {
+		if err := llama.PrecheckGGUF(f); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+}
+
+// TestPrecheckMemoryBounded: a key claiming 4 GiB in a small file is
+// refused before anything that size is allocated.
+func TestPrecheckMemoryBounded(t *testing.T) {
+	orig, err := os.ReadFile(tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs, _ := ggufLayout(t, orig)
+	b := bytes.Clone(orig)
+	put64(b, kvs["general.name"].keyOff, 1<<32)
+	path := filepath.Join(t.TempDir(), "big-key.gguf")
+	os.WriteFile(path, b, 0o644)
+	allocs := testing.AllocsPerRun(1, func() { llama.PrecheckGGUF(path) })
+	var before, after runtimeMem
+	before.read()
+	err = llama.PrecheckGGUF(path)
+	after.read()
+	if err == nil {
+		t.Fatal("accepted a key of 4 GiB")
+	}
+	if grown := after.total - before.total; grown > 4*uint64(len(b))+1<<20 {
+		t.Fatalf("the pre-check allocated %d bytes for a %d-byte file (%v allocations)", grown, len(b), allocs)
+	}
+}
+
+// loadChildEnv makes the test binary a child that loads one model and
+// exits (see TestMain): the fuzz test runs llama.cpp there, so a crash is
+// a signal the parent sees rather than the end of the fuzzing process.
+const loadChildEnv = "CONFCLIP_TEST_LOAD_MODEL"
+
+// loadChild loads path through llama.cpp, as LoadModel does after the
+// pre-check, and returns the exit status: 0 loaded, 1 a Go error.
+func loadChild(path string) int {
+	m, err := llama.LoadModel(path, llama.ModelParams{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer m.Close()
+	c, err := llama.NewContext(m, llama.ContextParams{NCtx: 64, NBatch: 64, Threads: 1})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	// One decode: an epsilon llama.cpp asserts on is only read then.
+	toks, err := m.Tokenize("a b", true, false)
+	if err != nil || len(toks) == 0 {
+		return 1
+	}
+	b := llama.NewBatch(len(toks), 1)
+	defer b.Free()
+	for i, tok := range toks {
+		if tok < 0 || int(tok) >= m.NVocab() {
+			return 1
+		}
+		if _, err := b.Add(tok, i, []int{0}, i == len(toks)-1); err != nil {
+			return 1
+		}
+	}
+	if err := c.Decode(b); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// childLoads remembers, by the header's hash, what a child said: the
+// fuzzer's mutations of tensor data do not change how a file loads.
+var childLoads sync.Map
+
+// loadInChild loads path in a child process and fails t when the child
+// died from a signal or hung.
+func loadInChild(t *testing.T, path string, header []byte) {
+	key := sha256.Sum256(header)
+	if _, seen := childLoads.Load(key); seen {
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), loadChildEnv+"="+path)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	err := cmd.Wait()
+	hung := !timer.Stop()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			if hung {
+				t.Fatalf("llama.cpp hung loading a file the pre-check accepted:\n%s", tail(out.String()))
+			}
+			t.Fatalf("llama.cpp died (%v) loading a file the pre-check accepted:\n%s", ws.Signal(), tail(out.String()))
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	childLoads.Store(key, true)
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return s[len(s)-2000:]
+	}
+	return s
+}
+
+// FuzzPrecheckGGUF mutates the tiny model (seeded with issue 13's crash
+// cases): the pre-check must never panic, and whatever it accepts must load
+// through llama.cpp in a child process without a signal.
+func FuzzPrecheckGGUF(f *testing.F) {
+	orig, err := os.ReadFile(tinyPath)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(orig)
+	for _, c := range hostileCases {
+		f.Add(c.apply(f, bytes.Clone(orig)))
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(dir, fmt.Sprintf("fuzz-%x.gguf", sha256.Sum256(b)))
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(path)
+		if llama.PrecheckGGUF(path) != nil {
+			return
+		}
+		// The header is what the loader reads before the data; the data's
+		// start is bounded by the file.
+		h := b
+		if end := llama.GGUFDataOffset(path); end > 0 && end <= int64(len(b)) {
+			h = b[:end]
+		}
+		loadInChild(t, path, h)
+	})
+}
+
+type runtimeMem struct{ total uint64 }
+
+func (m *runtimeMem) read() {
+	var st runtime.MemStats
+	runtime.ReadMemStats(&st)
+	m.total = st.TotalAlloc
+}

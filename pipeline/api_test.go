@@ -1,0 +1,307 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/modelgen"
+)
+
+// apiFixture writes the tiny generated model and a prompt file whose lines
+// are given, and returns a config for it.
+func apiFixture(t *testing.T, lines ...string) (Config, string) {
+	t.Helper()
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "prompts.jsonl")
+	if err := os.WriteFile(data, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Model.Path = model
+	cfg.Model.Ctx = 128
+	cfg.Rollout.Group = 3
+	cfg.Rollout.MaxTokens = 5
+	cfg.Verifier.Name = "format"
+	cfg.Verifier.Pattern = `(?s).*` // every completion is right
+	return cfg, data
+}
+
+func openModel(t *testing.T, cfg Config) *Model {
+	t.Helper()
+	m, err := OpenModel(cfg.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestRolloutResumeChecksProvenance: bad ids are listed with their lines, a
+// second call resumes (nothing to do), a call with another option refuses
+// naming it, Restart starts over.
+func TestRolloutResumeChecksProvenance(t *testing.T) {
+	cfg, data := apiFixture(t,
+		`{"id":"a","prompt":"Say 1:","answer":"x"}`,
+		`{"prompt":"no id","answer":"x"}`, // gets an id from its line
+		`{"id":"b","prompt":"Say 2:","answer":"x"}`,
+		`{"id":"a","prompt":"again","answer":"x"}`,
+		`{"id":"c","prompt":"`+strings.Repeat("Say 1 2 3 ", 200)+`","answer":"x"}`, // longer than the context
+	)
+	m := openModel(t, cfg)
+	out := filepath.Join(t.TempDir(), "rollouts.jsonl")
+	var events int
+	o := RolloutOptions{Config: cfg, In: data, Out: out, NoTiming: true, Progress: func(Event) { events++ }}
+	ctx := context.Background()
+	res, err := Rollout(ctx, m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Groups != 3 || res.Records != 9 || events != 3 {
+		t.Fatalf("groups %d records %d events %d, want 3, 9, 3 (failed %v)", res.Groups, res.Records, events, res.Failed)
+	}
+	var lines []int
+	for _, f := range res.Failed {
+		lines = append(lines, f.Line)
+	}
+	if want := []int{4, 5}; !equalInts(lines, want) {
+		t.Fatalf("failed prompts at lines %v (%v), want %v", lines, res.Failed, want)
+	}
+	first, _ := os.ReadFile(out)
+
+	res, err = Rollout(ctx, m, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Groups != 0 || res.AlreadyDone != 3 || res.FileGroups != 3 {
+		t.Fatalf("resume of a complete file: %d groups written, %d done, %d in the file", res.Groups, res.AlreadyDone, res.FileGroups)
+	}
+	// A group cut by a crash is dropped and made again, the same.
+	cut := bytes.Join(bytes.SplitAfter(first, []byte("\n"))[:4], nil)
+	os.WriteFile(out, append(cut, `{"prompt_id":"b","sam`...), 0o644)
+	if res, err = Rollout(ctx, m, o); err != nil || res.Groups != 2 {
+		t.Fatalf("resume after a cut: %d groups, %v", res.Groups, err)
+	}
+	if again, _ := os.ReadFile(out); !bytes.Equal(again, first) {
+		t.Fatal("the resumed file differs from the one written in one go")
+	}
+
+	o2 := o
+	o2.Config.Rollout.Temperature = 0.5
+	if _, err := Rollout(ctx, m, o2); err == nil || !strings.Contains(err.Error(), "temperature: 1 in the file, 0.5 now") {
+		t.Fatalf("resume with another temperature: %v", err)
+	}
+	o2.Restart = true
+	if res, err = Rollout(ctx, m, o2); err != nil || res.Groups != 3 || res.AlreadyDone != 0 {
+		t.Fatalf("restart: %d groups, %v", res.Groups, err)
+	}
+	var prov RolloutProvenance
+	b, err := os.ReadFile(ProvenancePath(out))
+	if err != nil || json.Unmarshal(b, &prov) != nil || prov.Settings.Temperature != 0.5 || len(prov.ModelSHA256) != 64 {
+		t.Fatalf("provenance after restart: %s %v", b, err)
+	}
+	// A file without provenance is not resumed.
+	os.Remove(ProvenancePath(out))
+	if _, err := Rollout(ctx, m, o2); err == nil || !strings.Contains(err.Error(), "--restart") {
+		t.Fatalf("resume without provenance: %v", err)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestEvaluateCountsFailedPrompts: a prompt that cannot be generated counts
+// as wrong and is listed; undefined metrics are null; every JSON field is
+// there; the JUnit report has one case per prompt.
+func TestEvaluateCountsFailedPrompts(t *testing.T) {
+	cfg, data := apiFixture(t,
+		`{"id":"a","prompt":"Say 1:","answer":"x"}`,
+		`{"id":"b","prompt":"Say 2:","answer":"x"}`,
+		`{"id":"empty","prompt":"","answer":"x"}`,
+		`{"id":"c","prompt":"Say 3:","answer":"x"}`,
+	)
+	m := openModel(t, cfg)
+	res, err := Evaluate(context.Background(), m, EvalOptions{Config: cfg, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Prompts != 4 || res.Correct != 3 || res.Failed != 1 || res.Accuracy != 0.75 {
+		t.Fatalf("prompts %d correct %d failed %d accuracy %v, want 4, 3, 1, 0.75", res.Prompts, res.Correct, res.Failed, res.Accuracy)
+	}
+	if c := res.Cases[2]; c.ID != "empty" || c.Line != 3 || c.Error == "" || c.Correct {
+		t.Fatalf("the empty prompt's case: %+v", c)
+	}
+	if res.AUROC != nil || res.PassAtK != nil || res.ECE == nil {
+		t.Fatalf("AUROC of an all-right set must be null, pass@K without samples null, ECE defined: %v %v %v", res.AUROC, res.PassAtK, res.ECE)
+	}
+	b, _ := json.Marshal(res)
+	var fields map[string]any
+	json.Unmarshal(b, &fields)
+	for _, k := range []string{"prompts", "correct", "accuracy", "failed", "mean_tokens", "samples", "sampled_accuracy", "pass_at_k", "ece", "brier", "auroc", "cases"} {
+		if _, ok := fields[k]; !ok {
+			t.Errorf("JSON has no %q: %s", k, b)
+		}
+	}
+	var buf bytes.Buffer
+	if err := WriteJUnit(&buf, res); err != nil {
+		t.Fatal(err)
+	}
+	var suite struct {
+		Tests  int `xml:"tests,attr"`
+		Errors int `xml:"errors,attr"`
+		Cases  []struct {
+			Name  string    `xml:"name,attr"`
+			Error *struct{} `xml:"error"`
+		} `xml:"testcase"`
+	}
+	if err := xml.Unmarshal(buf.Bytes(), &suite); err != nil {
+		t.Fatalf("JUnit report: %v\n%s", err, buf.String())
+	}
+	if suite.Tests != 4 || suite.Errors != 1 || len(suite.Cases) != 4 || suite.Cases[2].Error == nil || suite.Cases[2].Name != "empty" {
+		t.Fatalf("JUnit report:\n%s", buf.String())
+	}
+
+	// With samples: pass@K is defined.
+	res, err = Evaluate(context.Background(), m, EvalOptions{Config: cfg, Data: data, Samples: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PassAtK == nil || *res.PassAtK != 0.75 || res.Samples != 2 {
+		t.Fatalf("pass@2 %v, samples %d: want 0.75 (the failed prompt counts), 2", res.PassAtK, res.Samples)
+	}
+}
+
+// TestTeacherForceFileMatchesRollout: the log-probs teacher forcing
+// computes for rollouts are those sampled with them.
+func TestTeacherForceFileMatchesRollout(t *testing.T) {
+	cfg, data := apiFixture(t,
+		`{"id":"a","prompt":"Say 1:","answer":"x"}`,
+		`{"id":"b","prompt":"Say 2:","answer":"x"}`,
+	)
+	m := openModel(t, cfg)
+	dir := t.TempDir()
+	rolls := filepath.Join(dir, "rollouts.jsonl")
+	if _, err := Rollout(context.Background(), m, RolloutOptions{Config: cfg, In: data, Out: rolls}); err != nil {
+		t.Fatal(err)
+	}
+	// Keep only prompt and text: what completions made elsewhere have.
+	recs, _, _, err := dataset.ReadFile[dataset.Rollout](rolls, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := filepath.Join(dir, "bare.jsonl")
+	w, _ := dataset.Create(bare)
+	for _, r := range recs {
+		w.Write(dataset.Rollout{PromptID: r.PromptID, Sample: r.Sample, Prompt: r.Prompt, PromptTokens: r.PromptTokens, Tokens: r.Tokens, Text: r.Text, Answer: r.Answer})
+	}
+	w.Commit()
+	var progress []int
+	out := filepath.Join(dir, "forced.jsonl")
+	res, err := TeacherForceFile(context.Background(), m, TeacherForceOptions{Config: cfg, In: bare, Out: out, Chunk: 4,
+		Progress: func(e Event) { progress = append(progress, e.(TeacherForceProgress).Records) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Records != len(recs) || !equalInts(progress, []int{4, 6}) {
+		t.Fatalf("%d records, progress %v", res.Records, progress)
+	}
+	forced, _, _, err := dataset.ReadFile[dataset.Rollout](out, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range forced {
+		for j, lp := range r.Logprobs {
+			if d := math.Abs(lp - recs[i].Logprobs[j]); d > 1e-4 {
+				t.Fatalf("record %d token %d: teacher-forced %v, sampled %v", i, j, lp, recs[i].Logprobs[j])
+			}
+		}
+	}
+	// Score through the same handle: records without log-probs are forced.
+	sum, err := Score(context.Background(), ScoreOptions{In: bare, Verifier: cfg.Verifier, Confidence: cfg.Confidence,
+		Reward: cfg.Reward, Advantage: cfg.Advantage, Model: m})
+	if err != nil || sum.TeacherForced != len(recs) {
+		t.Fatalf("score with a model: %d teacher-forced, %v", sum.TeacherForced, err)
+	}
+}
+
+func TestVerifyFile(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "cases.jsonl")
+	os.WriteFile(in, []byte(`{"answer":"1/2","completion":"so \\boxed{0.5}"}
+{"answer":"3","completion":"it is 4"}
+`), 0o644)
+	var buf bytes.Buffer
+	vc := DefaultConfig().Verifier
+	sum, err := VerifyFile(context.Background(), VerifyFileOptions{Verifier: vc, In: in, W: &buf, Jobs: 2})
+	if err != nil || sum.Records != 2 || sum.Correct != 1 || strings.Count(buf.String(), "\n") != 2 {
+		t.Fatalf("%+v %v\n%s", sum, err, buf.String())
+	}
+	os.WriteFile(in, []byte("{\"answer\":\"1\",\"completion\":\"1\"}\n{\"answer\":\"1\"}\n"), 0o644)
+	out := filepath.Join(dir, "out.jsonl")
+	if _, err := VerifyFile(context.Background(), VerifyFileOptions{Verifier: vc, In: in, Out: out}); err == nil || !strings.Contains(err.Error(), "cases.jsonl:2") {
+		t.Fatalf("a line without completion: %v", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a failed verification left its output file")
+	}
+}
+
+// TestRunFolderLifecycle: a config naming a missing file leaves no folder;
+// a folder left by a failed start is taken over; a finished run runs
+// further with more steps.
+func TestRunFolderLifecycle(t *testing.T) {
+	cfg := runFixture(t)
+	cfg.Run.Steps = 1
+	cfg.Run.EvalEvery = 0
+	ctx := context.Background()
+	bad := cfg
+	bad.Model.Path += ".missing"
+	if _, err := Run(ctx, RunOptions{Config: bad}); err == nil || !strings.Contains(err.Error(), ".missing") {
+		t.Fatalf("missing model: %v", err)
+	}
+	if _, err := os.Stat(cfg.Run.Out); err == nil {
+		t.Fatal("a run with a missing model left its folder")
+	}
+	// What a start that failed after making its folder leaves.
+	os.MkdirAll(cfg.Run.Out, 0o755)
+	os.WriteFile(filepath.Join(cfg.Run.Out, RunConfigFile), []byte("[rollout]\ngroup = 3\n"), 0o644)
+	res, err := Run(ctx, RunOptions{Config: cfg})
+	if err != nil {
+		t.Fatalf("fresh start over a folder without results: %v", err)
+	}
+	if n := len(res.Rows); n == 0 || res.Rows[n-1].Step != 1 {
+		t.Fatalf("rows after one step: %+v", res.Rows)
+	}
+	cfg.Run.Steps = 2
+	res, err = Run(ctx, RunOptions{Config: cfg, Resume: true})
+	if err != nil {
+		t.Fatalf("extending a finished run: %v", err)
+	}
+	if n := len(res.Rows); res.Resumed != 1 || res.Rows[n-1].Step != 2 || res.Rows[n-2].Step != 1 {
+		t.Fatalf("extended run: resumed from %d, rows %d", res.Resumed, len(res.Rows))
+	}
+	cfg.Rollout.Group = 3
+	if _, err := Run(ctx, RunOptions{Config: cfg, Resume: true}); err == nil || !strings.Contains(err.Error(), "rollout.group") {
+		t.Fatalf("resume with another group: %v", err)
+	}
+}

@@ -1,0 +1,159 @@
+package pipeline
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/llama"
+)
+
+// readOpenAI reads s.opts.In when it holds OpenAI responses (dataset.
+// IsOpenAILine on its first record); ok is false for any other file, which
+// read then takes as confclip rollout records. Each response's choices
+// become one group. A response that does not say which prompt it answers,
+// or carries no answer, takes them from the prompt file (ScoreOptions.
+// Prompts): by custom_id or prompt_id, else the n-th response answers the
+// n-th prompt.
+func (s *scorer) readOpenAI() (recs []*scoreRecord, ok bool, err error) {
+	f, err := os.Open(s.opts.In)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), dataset.MaxLineBytes)
+	type line struct {
+		n int
+		b []byte
+	}
+	var lines []line
+	for n := 1; sc.Scan(); n++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		if len(lines) == 0 && !dataset.IsOpenAILine(b) {
+			return nil, false, nil
+		}
+		lines = append(lines, line{n, bytes.Clone(b)})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, true, fmt.Errorf("%s: %w", s.opts.In, err)
+	}
+	if len(lines) == 0 {
+		return nil, false, nil
+	}
+
+	var pf dataset.PromptFile
+	byID := map[string]*dataset.Prompt{}
+	if s.opts.Prompts != "" {
+		if pf, err = ReadPromptFile(s.opts.Prompts, s.opts.PromptMap, false); err != nil {
+			return nil, true, err
+		}
+		for i := range pf.Prompts {
+			byID[pf.Prompts[i].ID] = &pf.Prompts[i]
+		}
+	}
+	samples := map[string]int{} // next sample index per prompt id
+	for i, ln := range lines {
+		bad := func(kind string, err error) error {
+			return s.fail(kind, 1, &dataset.LineError{File: s.opts.In, Line: ln.n, Err: err})
+		}
+		rec, err := dataset.ParseOpenAILine(ln.b)
+		if err != nil {
+			if err := bad(badJSON, err); err != nil {
+				return nil, true, err
+			}
+			continue
+		}
+		if err := s.joinPrompt(&rec, pf, byID, i); err != nil {
+			if err := bad(badRecord, err); err != nil {
+				return nil, true, err
+			}
+			continue
+		}
+		ros, err := rec.Rollouts()
+		if err != nil {
+			if err := bad(badRecord, err); err != nil {
+				return nil, true, err
+			}
+			continue
+		}
+		for _, ro := range ros {
+			// Samples count up per prompt: n responses of one choice each
+			// for one prompt are one group too.
+			ro.Sample = samples[ro.PromptID]
+			samples[ro.PromptID]++
+			sr := &scoreRecord{rec: ro, line: ln.n}
+			if kind, err := s.check(sr); err != nil {
+				if err := s.fail(kind, 1, s.lineError(sr, err)); err != nil {
+					return nil, true, err
+				}
+				continue
+			}
+			recs = append(recs, sr)
+		}
+	}
+	return recs, true, nil
+}
+
+// joinPrompt fills what a response lacks (prompt id, prompt, answer,
+// verifier) from the prompt file, and renders a chat prompt with the
+// model's template when a model is there to teacher-force with.
+func (s *scorer) joinPrompt(rec *dataset.OpenAIRecord, pf dataset.PromptFile, byID map[string]*dataset.Prompt, n int) error {
+	var p *dataset.Prompt
+	switch {
+	case rec.PromptID != "" && len(byID) > 0:
+		if p = byID[rec.PromptID]; p == nil {
+			return fmt.Errorf("prompt %q is not in %s", rec.PromptID, pf.Path)
+		}
+	case rec.PromptID == "" && len(pf.Prompts) > 0:
+		if n >= len(pf.Prompts) {
+			return fmt.Errorf("response %d has no prompt: %s holds %d (responses without custom_id or prompt_id answer the prompts in order)", n+1, pf.Path, len(pf.Prompts))
+		}
+		p = &pf.Prompts[n]
+		rec.PromptID = p.ID
+	case rec.PromptID == "":
+		return errors.New("the response does not say which prompt it answers (no custom_id or prompt_id): give the prompt file (--prompts) to answer the prompts in order")
+	}
+	if p != nil {
+		if rec.Prompt == "" && len(rec.Messages) == 0 {
+			rec.Prompt, rec.Messages = p.Prompt, p.Messages
+		}
+		if rec.Answer == "" {
+			rec.Answer = p.Answer
+		}
+		if rec.Verifier == "" {
+			rec.Verifier = p.Verifier
+		}
+	}
+	if rec.Answer == "" {
+		hint := "give the prompt file with the answers (--prompts)"
+		if p != nil {
+			hint = fmt.Sprintf("prompt %q in %s has none either", p.ID, pf.Path)
+		}
+		return fmt.Errorf("prompt %q: no reference answer in the response: %s", rec.PromptID, hint)
+	}
+	// A chat response answered the prompt as the server's chat template
+	// rendered it; teacher forcing must see the same text.
+	chat := rec.Response.Object == "chat.completion" || len(rec.Response.Choices) > 0 && rec.Response.Choices[0].Message != nil
+	if m := s.opts.Model; m != nil && m.llm != nil && (chat || len(rec.Messages) > 0) {
+		msgs := make([]llama.Message, 0, len(rec.Messages)+1)
+		for _, x := range rec.Messages {
+			msgs = append(msgs, llama.Message{Role: x.Role, Content: x.Content})
+		}
+		if len(msgs) == 0 {
+			msgs = append(msgs, llama.Message{Role: "user", Content: rec.Prompt})
+		}
+		text, err := m.llm.ApplyChatTemplate(m.cfg.ChatTemplate, msgs, true)
+		if err != nil {
+			return fmt.Errorf("prompt %q: chat template: %w", rec.PromptID, err)
+		}
+		rec.Prompt, rec.Messages = text, nil
+	}
+	return nil
+}

@@ -1,0 +1,409 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/confclip/confclip/confclip"
+	"github.com/confclip/confclip/dataset"
+)
+
+// MergeResult says what a merge joined.
+type MergeResult struct {
+	Out     string   `json:"out"`
+	Shards  int      `json:"shards"`
+	Groups  int      `json:"groups"`
+	Records int      `json:"records"`
+	Inputs  []string `json:"inputs"` // in shard order
+}
+
+// checkShards parses each input's shard ("K/N") and checks that together
+// they are 0..N-1, each once; it returns the inputs' order by shard.
+func checkShards(what string, files, specs []string) ([]int, Shard, error) {
+	if len(files) == 0 {
+		return nil, Shard{}, fmt.Errorf("merge: no %s to merge", what)
+	}
+	byK := map[int]string{}
+	order := make([]int, len(files))
+	n := 0
+	for i, spec := range specs {
+		if spec == "" {
+			return nil, Shard{}, fmt.Errorf("%s: not a shard's %s (no shard recorded): nothing to merge it with", files[i], what)
+		}
+		s, err := ParseShard(spec)
+		if err != nil {
+			return nil, Shard{}, fmt.Errorf("%s: %w", files[i], err)
+		}
+		if i == 0 {
+			n = s.N
+		} else if s.N != n {
+			return nil, Shard{}, fmt.Errorf("%s is shard %s but %s is shard %s: the shards come from jobs of different sizes", files[i], spec, files[0], specs[0])
+		}
+		if prev, dup := byK[s.K]; dup {
+			return nil, Shard{}, fmt.Errorf("shard %s is given twice: %s and %s", spec, prev, files[i])
+		}
+		byK[s.K] = files[i]
+		order[i] = s.K
+	}
+	var missing []string
+	for k := range n {
+		if _, ok := byK[k]; !ok {
+			missing = append(missing, fmt.Sprintf("%d/%d", k, n))
+		}
+	}
+	if len(missing) > 0 {
+		return nil, Shard{}, fmt.Errorf("merge: shard %s missing (%d of %d given)", strings.Join(missing, ", "), len(files), n)
+	}
+	idx := make([]int, len(files))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return order[idx[a]] < order[idx[b]] })
+	return idx, Shard{N: n}, nil
+}
+
+// MergeRollouts joins the rollout files of the N shards of one job into out
+// (with its provenance file), shard by shard. It checks that every file was
+// made by the same model, adapter and options (their provenance files), that
+// the shards are 0..N-1 each once, that every group belongs to the shard
+// its file says, holds G samples, and is in no other file.
+func MergeRollouts(inputs []string, out string) (MergeResult, error) {
+	res := MergeResult{Out: out}
+	provs := make([]RolloutProvenance, len(inputs))
+	specs := make([]string, len(inputs))
+	for i, in := range inputs {
+		b, err := os.ReadFile(ProvenancePath(in))
+		if err != nil {
+			return res, fmt.Errorf("%s: its provenance file says which shard it is and what made it: %w", in, err)
+		}
+		if err := json.Unmarshal(b, &provs[i]); err != nil {
+			return res, fmt.Errorf("%s: %w", ProvenancePath(in), err)
+		}
+		specs[i] = provs[i].Shard
+	}
+	order, whole, err := checkShards("rollout file", inputs, specs)
+	if err != nil {
+		return res, err
+	}
+	first := provs[order[0]]
+	for _, i := range order[1:] {
+		a, b := first, provs[i]
+		a.Shard, b.Shard = "", ""
+		if diff := a.Diff(b); len(diff) > 0 {
+			return res, fmt.Errorf("%s and %s were made differently: %s", inputs[order[0]], inputs[i], strings.Join(diff, "; "))
+		}
+	}
+	G := first.Settings.Group
+	w, err := dataset.Create(out)
+	if err != nil {
+		return res, err
+	}
+	owner := map[string]string{} // prompt id -> file
+	for _, i := range order {
+		in := inputs[i]
+		s, _ := ParseShard(specs[i])
+		recs, lines, _, err := dataset.ReadFile[dataset.Rollout](in, false)
+		if err != nil {
+			w.Abort()
+			return res, err
+		}
+		samples := map[string]map[int]bool{}
+		var ids []string
+		for j := range recs {
+			r := &recs[j]
+			if !s.Has(r.PromptID) {
+				w.Abort()
+				return res, fmt.Errorf("%s:%d: prompt %q belongs to shard %d/%d, not %s", in, lines[j], r.PromptID, ShardOf(r.PromptID, s.N), s.N, specs[i])
+			}
+			if prev, ok := owner[r.PromptID]; ok && prev != in {
+				w.Abort()
+				return res, fmt.Errorf("%s:%d: prompt %q is in %s too", in, lines[j], r.PromptID, prev)
+			}
+			owner[r.PromptID] = in
+			if samples[r.PromptID] == nil {
+				samples[r.PromptID] = map[int]bool{}
+				ids = append(ids, r.PromptID)
+			}
+			if samples[r.PromptID][r.Sample] || r.Sample < 0 || r.Sample >= G {
+				w.Abort()
+				return res, fmt.Errorf("%s:%d: prompt %q sample %d: repeated or outside 0..%d", in, lines[j], r.PromptID, r.Sample, G-1)
+			}
+			samples[r.PromptID][r.Sample] = true
+			if err := w.Write(r); err != nil {
+				w.Abort()
+				return res, err
+			}
+		}
+		for _, id := range ids {
+			if len(samples[id]) != G {
+				w.Abort()
+				return res, fmt.Errorf("%s: prompt %q has %d of its %d samples: finish the shard (run its rollout again to resume) before merging", in, id, len(samples[id]), G)
+			}
+		}
+		res.Groups += len(ids)
+		res.Records += len(recs)
+		res.Inputs = append(res.Inputs, in)
+	}
+	res.Shards = whole.N
+	merged := first
+	merged.Shard = ""
+	if err := writeProvenance(ProvenancePath(out), merged); err != nil {
+		w.Abort()
+		return res, err
+	}
+	return res, w.Commit()
+}
+
+// ScoreMergeResult is MergeScores' output: the merged records' file and the
+// summary of all of them.
+type ScoreMergeResult struct {
+	MergeResult
+	Summary Summary `json:"summary"`
+}
+
+// MergeScores joins the scored files of the N shards of one score job,
+// given by their summaries (Score's JSON, whose "out" names the scored file,
+// relative to the summary's folder when it is not found as written), into
+// out, and computes the summary of the whole from the records themselves
+// (reward and outcome statistics, calibration), not from the shards'
+// averages; counts that only the summaries hold (records skipped,
+// teacher-forced, masked, scope fallbacks) are added. The shards must have
+// been scored with the same verifier, confidence, reward and advantage.
+func MergeScores(summaries []string, out string) (ScoreMergeResult, error) {
+	res := ScoreMergeResult{MergeResult: MergeResult{Out: out}}
+	sums := make([]Summary, len(summaries))
+	specs := make([]string, len(summaries))
+	for i, path := range summaries {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return res, err
+		}
+		if err := json.Unmarshal(b, &sums[i]); err != nil {
+			return res, fmt.Errorf("%s: not a score summary: %w", path, err)
+		}
+		specs[i] = sums[i].Shard
+	}
+	order, whole, err := checkShards("score summary", summaries, specs)
+	if err != nil {
+		return res, err
+	}
+	f := sums[order[0]]
+	for _, i := range order[1:] {
+		s := sums[i]
+		if s.Verifier != f.Verifier || s.ConfidenceEstimator != f.ConfidenceEstimator || s.ConfidenceScope != f.ConfidenceScope ||
+			s.Advantage != f.Advantage || s.Reward.Method != f.Reward.Method {
+			return res, fmt.Errorf("%s and %s were scored differently (verifier %q/%q, confidence %q %q/%q %q, reward %q/%q, advantage %q/%q)",
+				summaries[order[0]], summaries[i], f.Verifier, s.Verifier, f.ConfidenceEstimator, f.ConfidenceScope, s.ConfidenceEstimator, s.ConfidenceScope,
+				f.Reward.Method, s.Reward.Method, f.Advantage, s.Advantage)
+		}
+	}
+	est, err := confclip.LookupConfidence(f.ConfidenceEstimator)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", summaries[order[0]], err)
+	}
+	total := Summary{Out: out, Verifier: f.Verifier, ConfidenceEstimator: f.ConfidenceEstimator, ConfidenceScope: f.ConfidenceScope, Advantage: f.Advantage}
+	var inputs []string
+	w, err := dataset.Create(out)
+	if err != nil {
+		return res, err
+	}
+	var rewards, binary [][]float64
+	var correct [][]bool
+	var lengths [][]int
+	var confs []float64
+	var confCorrect []bool
+	owner := map[string]string{}
+	for _, i := range order {
+		s := sums[i]
+		in := s.Out
+		if in == "" {
+			w.Abort()
+			return res, fmt.Errorf("%s: the shard wrote no scored file (score --out) to merge", summaries[i])
+		}
+		if _, err := os.Stat(in); err != nil && !filepath.IsAbs(in) {
+			in = filepath.Join(filepath.Dir(summaries[i]), filepath.Base(in))
+		}
+		inputs = append(inputs, s.In)
+		recs, lines, _, err := dataset.ReadFile[dataset.Scored](in, false)
+		if err != nil {
+			w.Abort()
+			return res, err
+		}
+		if len(recs) != s.Records {
+			w.Abort()
+			return res, fmt.Errorf("%s holds %d records but its summary %s says %d: not the file that summary describes", in, len(recs), summaries[i], s.Records)
+		}
+		sh, _ := ParseShard(specs[i])
+		index := map[string]int{}
+		start := len(rewards)
+		for j := range recs {
+			r := &recs[j]
+			if !sh.Has(r.PromptID) {
+				w.Abort()
+				return res, fmt.Errorf("%s:%d: prompt %q is not in shard %s", in, lines[j], r.PromptID, specs[i])
+			}
+			if prev, ok := owner[r.PromptID]; ok && prev != in {
+				w.Abort()
+				return res, fmt.Errorf("%s:%d: prompt %q is in %s too", in, lines[j], r.PromptID, prev)
+			}
+			owner[r.PromptID] = in
+			g, ok := index[r.PromptID]
+			if !ok {
+				g = len(rewards)
+				index[r.PromptID] = g
+				rewards, binary = append(rewards, nil), append(binary, nil)
+				correct, lengths = append(correct, nil), append(lengths, nil)
+			}
+			b := []float64{0}
+			confclip.Binary(b, []float64{r.VerifierResult.Score})
+			rewards[g] = append(rewards[g], r.Reward)
+			binary[g] = append(binary[g], b[0])
+			correct[g] = append(correct[g], r.VerifierResult.Correct)
+			lengths[g] = append(lengths[g], tokenCount(&r.Rollout))
+			has := len(r.Logprobs) > 0
+			if est.NeedsEntropies {
+				has = len(r.Entropies) > 0
+			}
+			if has {
+				confs = append(confs, r.Confidence)
+				confCorrect = append(confCorrect, r.VerifierResult.Correct)
+			}
+			if err := w.Write(r); err != nil {
+				w.Abort()
+				return res, err
+			}
+		}
+		if got := len(rewards) - start; got != s.Groups {
+			w.Abort()
+			return res, fmt.Errorf("%s holds %d groups but its summary %s says %d", in, got, summaries[i], s.Groups)
+		}
+		total.Records += len(recs)
+		total.ScopeFallbacks += s.ScopeFallbacks
+		total.TeacherForced += s.TeacherForced
+		total.MaskedTruncated += s.MaskedTruncated
+		total.Skipped.Records += s.Skipped.Records
+		total.Skipped.Groups += s.Skipped.Groups
+		for k, v := range s.Skipped.Reasons {
+			if total.Skipped.Reasons == nil {
+				total.Skipped.Reasons = map[string]int{}
+			}
+			total.Skipped.Reasons[k] += v
+		}
+		for _, e := range s.Skipped.Examples {
+			if len(total.Skipped.Examples) < maxSkipExamples {
+				total.Skipped.Examples = append(total.Skipped.Examples, e)
+			}
+		}
+		total.Seconds = max(total.Seconds, s.Seconds) // the shards ran side by side
+		res.Inputs = append(res.Inputs, in)
+	}
+	total.In = strings.Join(inputs, ",")
+	total.Groups = len(rewards)
+	total.Reward = confclip.RewardStatsOf(f.Reward.Method, rewards)
+	total.Binary = confclip.RewardStatsOf("binary", binary)
+	total.Outcomes = confclip.OutcomeStatsOf(correct, lengths)
+	if len(confs) > 0 {
+		cal := confclip.Calibrate(confs, confCorrect)
+		total.Calibration = &cal
+	}
+	res.Shards, res.Groups, res.Records, res.Summary = whole.N, total.Groups, total.Records, total
+	return res, w.Commit()
+}
+
+// MergeEval joins the results of the N shards of one evaluation (Evaluate's
+// JSON) and computes accuracy, mean length, calibration, sampled accuracy
+// and pass@K from the prompts' cases, as one evaluation of all the prompts
+// would. Cases are ordered by their line in the prompt file.
+func MergeEval(paths []string) (EvalResult, error) {
+	rs := make([]EvalResult, len(paths))
+	specs := make([]string, len(paths))
+	for i, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return EvalResult{}, err
+		}
+		if err := json.Unmarshal(b, &rs[i]); err != nil {
+			return EvalResult{}, fmt.Errorf("%s: not an evaluation result (eval --json): %w", p, err)
+		}
+		specs[i] = rs[i].Shard
+	}
+	order, _, err := checkShards("evaluation result", paths, specs)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	f := rs[order[0]]
+	out := EvalResult{Data: f.Data, Samples: f.Samples, Cases: []EvalCase{}}
+	seen := map[string]string{}
+	for _, i := range order {
+		r := rs[i]
+		if r.Data != f.Data || r.Samples != f.Samples {
+			return out, fmt.Errorf("%s (%s, K %d) and %s (%s, K %d) are not shards of one evaluation", paths[i], r.Data, r.Samples, paths[order[0]], f.Data, f.Samples)
+		}
+		if len(r.Cases) != r.Prompts {
+			return out, fmt.Errorf("%s: %d cases for %d prompts", paths[i], len(r.Cases), r.Prompts)
+		}
+		sh, _ := ParseShard(specs[i])
+		for _, c := range r.Cases {
+			if !sh.Has(c.ID) {
+				return out, fmt.Errorf("%s: prompt %q is not in shard %s", paths[i], c.ID, specs[i])
+			}
+			if prev, dup := seen[c.ID]; dup && prev != paths[i] {
+				return out, fmt.Errorf("%s: prompt %q is in %s too", paths[i], c.ID, prev)
+			}
+			seen[c.ID] = paths[i]
+			out.Cases = append(out.Cases, c)
+		}
+		out.Seconds = max(out.Seconds, r.Seconds)
+	}
+	sort.SliceStable(out.Cases, func(a, b int) bool { return out.Cases[a].Line < out.Cases[b].Line })
+	out.Prompts = len(out.Cases)
+	var conf []float64
+	var correct []bool
+	tokens, sampledRight, passed := 0, 0, 0
+	for _, c := range out.Cases {
+		switch {
+		case c.Error != "":
+			out.Failed++
+			continue
+		case c.Correct:
+			out.Correct++
+		}
+		tokens += c.Tokens
+		conf = append(conf, c.Confidence)
+		correct = append(correct, c.Correct)
+		sampledRight += c.SampledCorrect
+		if c.SampledCorrect > 0 {
+			passed++
+		}
+	}
+	if out.Prompts > 0 {
+		out.Accuracy = float64(out.Correct) / float64(out.Prompts)
+	}
+	if n := len(conf); n > 0 {
+		out.MeanTokens = float64(tokens) / float64(n)
+		cal := confclip.Calibrate(conf, correct)
+		out.ECE, out.Brier = ptr(cal.ECE), ptr(cal.Brier)
+		if cal.AUROCDefined {
+			out.AUROC = ptr(cal.AUROC)
+		}
+	}
+	if out.Samples > 1 && out.Prompts > 0 {
+		out.SampledAccuracy = ptr(float64(sampledRight) / float64(out.Samples*out.Prompts))
+		out.PassAtK = ptr(float64(passed) / float64(out.Prompts))
+	}
+	return out, nil
+}
+
+// WriteJSON writes v as indented JSON to path, atomically.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+}

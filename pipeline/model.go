@@ -1,0 +1,185 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/rollout"
+)
+
+// Model is an open GGUF model with its optional LoRA adapter: the one handle
+// that every stage needing a model takes (Rollout, TeacherForceFile, Score
+// with teacher forcing, Evaluate, Train, Run). The generation engines made
+// from it share its weights and follow its adapter; Close frees them all.
+//
+// A Model may be used by one stage at a time.
+type Model struct {
+	cfg     ModelConfig
+	llm     *llama.Model
+	adapter *llama.Adapter
+	engines []*rollout.Engine
+
+	hashMu     sync.Mutex
+	modelSHA   string
+	adapterSHA string
+}
+
+// OpenModel loads cfg.Path with llama.cpp (on cfg.Device, cfg.GPULayers
+// offloaded) and, when cfg.Adapter is set, the adapter.
+func OpenModel(cfg ModelConfig) (*Model, error) {
+	if cfg.Path == "" {
+		return nil, ErrNoModel
+	}
+	llm, err := llama.LoadModel(cfg.Path, llama.ModelParams{GPULayers: cfg.GPULayers, Device: cfg.Device})
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{cfg: cfg, llm: llm}
+	if cfg.Adapter != "" {
+		if err := m.LoadAdapter(cfg.Adapter); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Path is the model file.
+func (m *Model) Path() string { return m.cfg.Path }
+
+// AdapterPath is the adapter file in use, "" when none.
+func (m *Model) AdapterPath() string {
+	if m.adapter == nil {
+		return ""
+	}
+	return m.adapter.Path()
+}
+
+// Architecture is the model's general.architecture ("llama", "qwen2", ...).
+func (m *Model) Architecture() string { return m.llm.Architecture() }
+
+// LoadAdapter loads a LoRA adapter and puts it in place of the current one,
+// in every engine made so far and in those made later.
+func (m *Model) LoadAdapter(path string) error {
+	if m.llm == nil {
+		return errClosed
+	}
+	a, err := llama.LoadAdapter(m.llm, path)
+	if err != nil {
+		return err
+	}
+	for _, e := range m.engines {
+		if err := e.SetAdapter(a, 1); err != nil {
+			a.Close()
+			return err
+		}
+	}
+	if m.adapter != nil {
+		m.adapter.Close()
+	}
+	m.adapter = a
+	m.hashMu.Lock()
+	m.adapterSHA = ""
+	m.hashMu.Unlock()
+	return nil
+}
+
+// SHA256 is the hex SHA-256 of the model file (computed once).
+func (m *Model) SHA256() (string, error) {
+	m.hashMu.Lock()
+	defer m.hashMu.Unlock()
+	if m.modelSHA == "" {
+		h, err := FileSHA256(m.cfg.Path)
+		if err != nil {
+			return "", fmt.Errorf("hashing the model: %w", err)
+		}
+		m.modelSHA = h
+	}
+	return m.modelSHA, nil
+}
+
+// AdapterSHA256 is the hex SHA-256 of the adapter file, "" when none.
+func (m *Model) AdapterSHA256() (string, error) {
+	if m.adapter == nil {
+		return "", nil
+	}
+	m.hashMu.Lock()
+	defer m.hashMu.Unlock()
+	if m.adapterSHA == "" {
+		h, err := FileSHA256(m.adapter.Path())
+		if err != nil {
+			return "", fmt.Errorf("hashing the adapter: %w", err)
+		}
+		m.adapterSHA = h
+	}
+	return m.adapterSHA, nil
+}
+
+var errClosed = errors.New("pipeline: the model is closed")
+
+// engine makes a generation engine with the model's adapter applied. The
+// Model closes it.
+func (m *Model) engine(o rollout.Options) (*rollout.Engine, error) {
+	if m.llm == nil {
+		return nil, errClosed
+	}
+	if o.ChatTemplate == "" {
+		o.ChatTemplate = m.cfg.ChatTemplate
+	}
+	e, err := rollout.NewEngine(m.llm, o)
+	if err != nil {
+		return nil, err
+	}
+	if m.adapter != nil {
+		if err := e.SetAdapter(m.adapter, 1); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	m.engines = append(m.engines, e)
+	return e, nil
+}
+
+// release closes an engine made by engine before the Model closes.
+func (m *Model) release(e *rollout.Engine) {
+	for i, x := range m.engines {
+		if x == e {
+			m.engines = append(m.engines[:i], m.engines[i+1:]...)
+			break
+		}
+	}
+	e.Close()
+}
+
+// TeacherForcer returns a function that fills the tokens, log-probs and
+// entropies of given completions by running them through the model (the
+// hook ScoreOptions.TeacherForce takes), with the engine settings of cfg.
+func (m *Model) TeacherForcer(cfg Config) (func(context.Context, []*dataset.Rollout) error, error) {
+	e, err := m.engine(EngineOptions(cfg))
+	if err != nil {
+		return nil, err
+	}
+	return e.TeacherForce, nil
+}
+
+// Close frees the engines, the adapter and the model. It is safe to call
+// twice.
+func (m *Model) Close() error {
+	for _, e := range m.engines {
+		e.Close()
+	}
+	m.engines = nil
+	if m.adapter != nil {
+		m.adapter.Close()
+		m.adapter = nil
+	}
+	if m.llm != nil {
+		m.llm.Close()
+		m.llm = nil
+	}
+	return nil
+}

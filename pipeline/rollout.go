@@ -1,0 +1,413 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/confclip/confclip/dataset"
+)
+
+// RolloutOptions say what Rollout samples and where it writes.
+type RolloutOptions struct {
+	Config Config // the [rollout] table and [model] ctx, threads, chat_template
+	In     string // prompt records (JSONL)
+	Out    string // rollout records (JSONL); an existing file is resumed
+	// SkipBad skips malformed lines of In, counting them, instead of stopping.
+	SkipBad bool
+	// NoTiming leaves timing out of the records: the file then depends only
+	// on the model, the prompts and the options.
+	NoTiming bool
+	// Restart deletes Out and starts over instead of resuming it.
+	Restart bool
+	// Progress, when set, receives a RolloutProgress after each group.
+	Progress func(Event)
+	// Shard, when set, takes only the prompts of one shard (shard.go).
+	Shard Shard
+}
+
+// PromptError is a prompt that was not generated, with its place in the
+// user's file.
+type PromptError struct {
+	File   string `json:"file"`
+	Line   int    `json:"line"`
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+func (e PromptError) Error() string {
+	if e.ID == "" {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason)
+	}
+	return fmt.Sprintf("%s:%d: id %q: %s", e.File, e.Line, e.ID, e.Reason)
+}
+
+// RolloutResult is what Rollout did, and what the output file holds.
+type RolloutResult struct {
+	Out          string        `json:"out"`
+	Groups       int           `json:"groups"`  // groups written by this call
+	Records      int           `json:"records"` // completions written by this call
+	Tokens       int           `json:"tokens"`  // completion tokens sampled by this call
+	PromptTokens int           `json:"prompt_tokens"`
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	Prompts      int           `json:"prompts"`       // usable prompts in In
+	AlreadyDone  int           `json:"already_done"`  // of those, complete in Out before this call
+	FileGroups   int           `json:"file_groups"`   // complete groups in Out now
+	Skipped      []string      `json:"skipped_lines"` // malformed lines of In (SkipBad)
+	Failed       []PromptError `json:"failed"`        // prompts not generated, and why
+	// PromptShape says how In was read ("read as gsm8k jsonl: prompt=question, ...").
+	PromptShape string `json:"prompt_shape"`
+	// Provenance is what made every record of Out (and is kept beside it).
+	Provenance RolloutProvenance `json:"provenance"`
+}
+
+// TokensPerSecond is this call's completion token rate.
+func (r RolloutResult) TokensPerSecond() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Tokens) / r.Elapsed.Seconds()
+}
+
+// RolloutProvenance records what made a rollout file: the model and adapter
+// (by content) and every option that changes the records. It is kept as
+// JSON beside the file (ProvenancePath), so that a resume can refuse to mix
+// records made another way.
+type RolloutProvenance struct {
+	Schema        string          `json:"schema"`
+	Model         string          `json:"model"` // path when written (not compared)
+	ModelSHA256   string          `json:"model_sha256"`
+	Adapter       string          `json:"adapter,omitempty"` // path when written (not compared)
+	AdapterSHA256 string          `json:"adapter_sha256"`
+	Settings      RolloutSettings `json:"settings"`
+	// Shard is "K/N" when the file holds one shard's prompts (shard.go).
+	Shard string `json:"shard,omitempty"`
+}
+
+// RolloutSettings are the options that change a rollout file's records.
+type RolloutSettings struct {
+	Group        int      `json:"group"`
+	MaxTokens    int      `json:"max_tokens"`
+	Temperature  float64  `json:"temperature"`
+	TopP         float64  `json:"top_p"`
+	TopK         int      `json:"top_k"`
+	MinP         float64  `json:"min_p"`
+	Seed         uint64   `json:"seed"`
+	Stop         []string `json:"stop"`
+	Chat         bool     `json:"chat"`
+	ChatTemplate string   `json:"chat_template"`
+	Ctx          int      `json:"ctx"`
+	Timing       bool     `json:"timing"`
+}
+
+// SchemaRolloutProvenance versions the provenance file.
+const SchemaRolloutProvenance = "confclip.rollout_provenance/1"
+
+// ProvenancePath is the file beside a rollout file that says what made it.
+func ProvenancePath(out string) string { return out + ".provenance.json" }
+
+func rolloutSettings(cfg Config, noTiming bool) RolloutSettings {
+	r := cfg.Rollout
+	stop := r.Stop
+	if stop == nil {
+		stop = []string{}
+	}
+	return RolloutSettings{Group: r.Group, MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK,
+		MinP: r.MinP, Seed: r.Seed, Stop: stop, Chat: r.Chat, ChatTemplate: cfg.Model.ChatTemplate, Ctx: cfg.Model.Ctx, Timing: !noTiming}
+}
+
+// Rollout samples Group completions for each prompt of In with the model and
+// appends each complete group to Out. An existing Out is resumed: its
+// complete groups are kept, a group cut by a crash is dropped, and only the
+// prompts not yet done are generated, provided the model, adapter and
+// options are those that made the file (else the error names every
+// difference; RolloutOptions.Restart starts over). Prompts without an id,
+// with an id used before, or that the engine cannot take are listed in
+// RolloutResult.Failed with their line and skipped. When ctx is cancelled
+// the groups written so far are complete and the error is ctx's.
+func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, error) {
+	res := RolloutResult{Out: o.Out}
+	cfg := o.Config
+	if o.In == "" || o.Out == "" {
+		return res, errors.New("rollout: give the prompt file and the output file")
+	}
+	if err := o.Shard.Check(); err != nil {
+		return res, err
+	}
+	if cfg.Rollout.Group < 1 || cfg.Rollout.MaxTokens < 1 {
+		return res, fmt.Errorf("rollout.group = %d, rollout.max_tokens = %d: want both >= 1", cfg.Rollout.Group, cfg.Rollout.MaxTokens)
+	}
+	pf, err := ReadPromptFile(o.In, cfg.Data.Map, o.SkipBad)
+	if err != nil {
+		return res, err
+	}
+	prompts, lines, skipped := pf.Prompts, pf.Lines, pf.Skipped
+	res.PromptShape = pf.Shape
+	for _, s := range skipped {
+		res.Skipped = append(res.Skipped, s.Error())
+	}
+	// Prompt ids key the resume and the groups: each must be there, once.
+	seen := map[string]bool{}
+	var kept []dataset.Prompt
+	var keptLines []int
+	for i, p := range prompts {
+		switch {
+		case p.ID == "":
+			if o.Shard.K == 0 { // said once, by the first shard
+				res.Failed = append(res.Failed, PromptError{File: o.In, Line: lines[i], Reason: "no id"})
+			}
+		case !o.Shard.Has(p.ID):
+		case seen[p.ID]:
+			res.Failed = append(res.Failed, PromptError{File: o.In, Line: lines[i], ID: p.ID, Reason: "id used before"})
+		default:
+			seen[p.ID] = true
+			kept = append(kept, p)
+			keptLines = append(keptLines, lines[i])
+		}
+	}
+	res.Prompts = len(kept)
+
+	prov, err := m.rolloutProvenance(cfg, o.NoTiming)
+	if err != nil {
+		return res, err
+	}
+	prov.Shard = o.Shard.String()
+	res.Provenance = prov
+	if o.Restart {
+		for _, p := range []string{o.Out, ProvenancePath(o.Out)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return res, err
+			}
+		}
+	}
+	done, err := resumeRollouts(o.Out, cfg.Rollout.Group, prov)
+	if err != nil {
+		return res, err
+	}
+	res.FileGroups = len(done)
+	var todo []dataset.Prompt
+	var todoLines []int
+	for i, p := range kept {
+		if done[p.ID] {
+			res.AlreadyDone++
+		} else {
+			todo = append(todo, p)
+			todoLines = append(todoLines, keptLines[i])
+		}
+	}
+
+	opts := EngineOptions(cfg)
+	opts.NoTiming = o.NoTiming
+	e, err := m.engine(opts)
+	if err != nil {
+		return res, err
+	}
+	defer m.release(e)
+	app, err := dataset.OpenAppend(o.Out)
+	if err != nil {
+		return res, err
+	}
+	defer app.Close()
+
+	start := time.Now()
+	batch := make([]any, cfg.Rollout.Group)
+	st, genErr := e.Generate(ctx, todo, func(g []dataset.Rollout) error {
+		for i := range g {
+			batch[i] = &g[i]
+		}
+		if err := app.WriteLines(batch[:len(g)]); err != nil {
+			return fmt.Errorf("%s: %w", o.Out, err)
+		}
+		res.Groups++
+		res.FileGroups++
+		for _, r := range g {
+			res.Tokens += len(r.Tokens)
+		}
+		emit(o.Progress, RolloutProgress{Groups: res.Groups, Total: len(todo), Tokens: res.Tokens, Elapsed: time.Since(start)})
+		return nil
+	})
+	if err := app.Close(); err != nil && genErr == nil {
+		genErr = err
+	}
+	res.Records, res.PromptTokens, res.Elapsed = st.Records, st.PromptTokens, st.Elapsed
+	for _, re := range st.Errors {
+		pe := PromptError{File: o.In, ID: re.ID, Reason: re.Reason}
+		if re.Index >= 0 && re.Index < len(todoLines) {
+			pe.Line = todoLines[re.Index]
+		}
+		res.Failed = append(res.Failed, pe)
+	}
+	sort.SliceStable(res.Failed, func(i, j int) bool { return res.Failed[i].Line < res.Failed[j].Line })
+	return res, genErr
+}
+
+// rolloutProvenance is what a rollout with these options would record.
+func (m *Model) rolloutProvenance(cfg Config, noTiming bool) (RolloutProvenance, error) {
+	p := RolloutProvenance{Schema: SchemaRolloutProvenance, Model: m.Path(), Adapter: m.AdapterPath(), Settings: rolloutSettings(cfg, noTiming)}
+	if p.Settings.ChatTemplate == "" {
+		p.Settings.ChatTemplate = m.cfg.ChatTemplate
+	}
+	var err error
+	if p.ModelSHA256, err = m.SHA256(); err != nil {
+		return p, err
+	}
+	p.AdapterSHA256, err = m.AdapterSHA256()
+	return p, err
+}
+
+// resumeRollouts returns the prompt ids whose G samples are all in out,
+// after checking that out was made as prov says. A cut last line is
+// removed; records of groups that are not complete (a crash in the middle of
+// a group's write) are dropped, rewriting the file atomically. A new (or
+// empty) out gets its provenance file.
+func resumeRollouts(out string, G int, prov RolloutProvenance) (map[string]bool, error) {
+	pp := ProvenancePath(out)
+	fi, err := os.Stat(out)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
+		return nil, writeProvenance(pp, prov)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(pp)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: no %s says what made its records, so they cannot be resumed safely: start over with --restart (RolloutOptions.Restart)", out, pp)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var old RolloutProvenance
+	if err := json.Unmarshal(b, &old); err != nil {
+		return nil, fmt.Errorf("%s: %w", pp, err)
+	}
+	if diff := prov.Diff(old); len(diff) > 0 {
+		return nil, fmt.Errorf("%s was made with other settings (%s): %s; resume with the same ones, or start over with --restart",
+			out, pp, strings.Join(diff, "; "))
+	}
+	if err := dataset.TruncatePartial(out); err != nil {
+		return nil, err
+	}
+	recs, _, _, err := dataset.ReadFile[dataset.Rollout](out, false)
+	if err != nil {
+		return nil, fmt.Errorf("resuming: %w", err)
+	}
+	have := map[string]map[int]bool{}
+	for _, r := range recs {
+		if have[r.PromptID] == nil {
+			have[r.PromptID] = map[int]bool{}
+		}
+		have[r.PromptID][r.Sample] = true
+	}
+	done := map[string]bool{}
+	for id, samples := range have {
+		complete := len(samples) == G
+		for s := range G {
+			complete = complete && samples[s]
+		}
+		if complete {
+			done[id] = true
+		}
+	}
+	keep := recs[:0]
+	for _, r := range recs {
+		if done[r.PromptID] {
+			keep = append(keep, r)
+		}
+	}
+	if len(keep) < len(recs) {
+		w, err := dataset.Create(out)
+		if err != nil {
+			return nil, err
+		}
+		for i := range keep {
+			if err := w.Write(&keep[i]); err != nil {
+				w.Abort()
+				return nil, err
+			}
+		}
+		if err := w.Commit(); err != nil {
+			return nil, err
+		}
+	}
+	return done, nil
+}
+
+func writeProvenance(path string, p RolloutProvenance) error {
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+}
+
+// Diff lists how p differs from old ("rollout.temperature: 1 in the file,
+// 0.7 now"), comparing contents and settings, not paths.
+func (p RolloutProvenance) Diff(old RolloutProvenance) []string {
+	var out []string
+	short := func(h string) string {
+		if h == "" {
+			return "none"
+		}
+		return h[:min(12, len(h))]
+	}
+	if p.ModelSHA256 != old.ModelSHA256 {
+		out = append(out, fmt.Sprintf("model sha256 %s in the file (%s), %s now (%s)", short(old.ModelSHA256), old.Model, short(p.ModelSHA256), p.Model))
+	}
+	if p.AdapterSHA256 != old.AdapterSHA256 {
+		out = append(out, fmt.Sprintf("adapter sha256 %s in the file, %s now", short(old.AdapterSHA256), short(p.AdapterSHA256)))
+	}
+	if p.Shard != old.Shard {
+		out = append(out, fmt.Sprintf("shard %q in the file, %q now", old.Shard, p.Shard))
+	}
+	a, b := settingsMap(old.Settings), settingsMap(p.Settings)
+	keys := make([]string, 0, len(a))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if a[k] != b[k] {
+			out = append(out, fmt.Sprintf("%s: %s in the file, %s now", k, a[k], b[k]))
+		}
+	}
+	return out
+}
+
+// settingsMap renders each setting as JSON text, keyed by its name.
+func settingsMap(s RolloutSettings) map[string]string {
+	b, _ := json.Marshal(s)
+	var raw map[string]json.RawMessage
+	json.Unmarshal(b, &raw)
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		out[k] = string(v)
+	}
+	return out
+}
+
+// String summarises what made a rollout file, in one line.
+func (p RolloutProvenance) String() string {
+	s := p.Settings
+	adapter := "no adapter"
+	if p.AdapterSHA256 != "" {
+		adapter = "adapter sha256 " + p.AdapterSHA256[:min(12, len(p.AdapterSHA256))]
+	}
+	stops := make([]string, len(s.Stop))
+	for i, x := range s.Stop {
+		stops[i] = fmt.Sprintf("%q", x)
+	}
+	return fmt.Sprintf("model sha256 %s, %s; group %d, max_tokens %d, temperature %g, top_p %g, top_k %d, min_p %g, seed %d, stop [%s], chat %v, ctx %d, timing %v",
+		p.ModelSHA256[:min(12, len(p.ModelSHA256))], adapter, s.Group, s.MaxTokens, s.Temperature, s.TopP, s.TopK, s.MinP, s.Seed,
+		strings.Join(stops, " "), s.Chat, s.Ctx, s.Timing)
+}

@@ -1,0 +1,78 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+
+	"github.com/BurntSushi/toml"
+)
+
+// runStarted reports whether a run folder holds any result: a checkpoint
+// or a metrics row. A folder with only its config.toml is what a run that
+// failed before its first step left; a fresh start may take it over.
+func runStarted(dir string) bool {
+	for _, name := range []string{CheckpointFile, MetricsJSONL} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// runConfigDiff lists the keys whose values differ between the config a run
+// folder was started with (its config.toml) and cfg, leaving out run.steps:
+// a resume may run a finished run further.
+func runConfigDiff(old []byte, cfg Config) ([]string, error) {
+	var was Config
+	if _, err := toml.Decode(string(old), &was); err != nil {
+		return nil, fmt.Errorf("%s: %w", RunConfigFile, err)
+	}
+	was.Run.Steps = cfg.Run.Steps
+	a, b := flatConfig(was), flatConfig(cfg)
+	var diff []string
+	for k, v := range b {
+		if a[k] != v {
+			diff = append(diff, fmt.Sprintf("%s = %s in the run, %s now", k, a[k], v))
+		}
+	}
+	sort.Strings(diff)
+	return diff, nil
+}
+
+// flatConfig renders every key of a config as "table.key" -> TOML value.
+func flatConfig(cfg Config) map[string]string {
+	var buf bytes.Buffer
+	toml.NewEncoder(&buf).Encode(cfg)
+	var tree map[string]any
+	toml.Decode(buf.String(), &tree)
+	out := map[string]string{}
+	for table, v := range tree {
+		keys, ok := v.(map[string]any)
+		if !ok {
+			continue
+		}
+		for k, x := range keys {
+			b, _ := json.Marshal(x)
+			out[table+"."+k] = string(b)
+		}
+	}
+	return out
+}
+
+// configKeyNames lists every key of Config as "table.key", for suggestions.
+func configKeyNames() []string {
+	var out []string
+	t := reflect.TypeOf(Config{})
+	for i := range t.NumField() {
+		table := t.Field(i)
+		for j := range table.Type.NumField() {
+			out = append(out, table.Tag.Get("toml")+"."+table.Type.Field(j).Tag.Get("toml"))
+		}
+	}
+	return out
+}

@@ -1,0 +1,384 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/confclip/confclip/dataset"
+)
+
+func TestResolveShard(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	for _, c := range []struct {
+		spec  string
+		count int
+		env   func(string) string
+		want  Shard
+		err   string
+	}{
+		{"", 0, env(), Shard{}, ""},
+		{"2/7", 0, env(), Shard{2, 7}, ""},
+		{"7/7", 0, env(), Shard{}, "0 <= K < N"},
+		{"1-7", 0, env(), Shard{}, "want K/N"},
+		{"1/7", 7, env(), Shard{}, "not both"},
+		{"", 4, env(EnvJobCompletionIndex, "3"), Shard{3, 4}, ""},
+		{"", 4, env(EnvSlurmTaskID, "4", EnvSlurmTaskMin, "1"), Shard{3, 4}, ""},
+		{"", 4, env(EnvSlurmTaskID, "4"), Shard{}, "0 <= K < N"},
+		{"", 4, env(), Shard{}, "neither"},
+		{"env", 0, env(EnvSlurmTaskID, "2", EnvSlurmTaskCount, "5"), Shard{2, 5}, ""},
+		{"env", 0, env(EnvSlurmTaskID, "2"), Shard{}, EnvSlurmTaskCount},
+		{"", 3, env(EnvJobCompletionIndex, "x"), Shard{}, "not a whole number"},
+	} {
+		got, err := ResolveShard(c.spec, c.count, c.env)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ResolveShard(%q, %d): %v, want an error with %q", c.spec, c.count, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("ResolveShard(%q, %d) = %v, %v; want %v", c.spec, c.count, got, err, c.want)
+		}
+	}
+}
+
+// TestShardOfIsStable: a prompt's shard depends on its id and N only, and
+// the shards are roughly even.
+func TestShardOfIsStable(t *testing.T) {
+	count := make([]int, 7)
+	for i := range 7000 {
+		id := fmt.Sprintf("p%d", i)
+		k := ShardOf(id, 7)
+		if k != ShardOf(id, 7) {
+			t.Fatal("ShardOf is not a function of the id")
+		}
+		count[k]++
+	}
+	for k, n := range count {
+		if n < 800 || n > 1200 {
+			t.Fatalf("shard %d of 7 holds %d of 7000 ids: %v", k, n, count)
+		}
+	}
+	// Known values: a change of hash would reshuffle users' running jobs.
+	if a, b := ShardOf("gsm8k-0", 8), ShardOf("", 3); a != 6 || b != 2 {
+		t.Fatalf("ShardOf(gsm8k-0, 8) = %d, ShardOf(\"\", 3) = %d: the hash changed", a, b)
+	}
+}
+
+// TestShardUnion: for N = 1, 3 and 7, rollout, score, logprobs, verify and
+// eval run shard by shard and merged give what one process gives, record for
+// record (no timing in the records), and the merged score and eval
+// summaries equal the single run's.
+func TestShardUnion(t *testing.T) {
+	var lines []string
+	for i := range 24 {
+		lines = append(lines, fmt.Sprintf(`{"id":"q%d","prompt":"Say %d then %d:","answer":"%d"}`, i, i, i+1, i%3))
+	}
+	cfg, data := apiFixture(t, lines...)
+	cfg.Rollout.Group = 3
+	cfg.Rollout.MaxTokens = 6
+	cfg.Rollout.Parallel = 5 // groups of shards and of the whole share batches differently
+	cfg.Verifier.Pattern = `[02468]`
+	m := openModel(t, cfg)
+	ctx := context.Background()
+	dir := t.TempDir()
+
+	whole := filepath.Join(dir, "whole.jsonl")
+	if _, err := Rollout(ctx, m, RolloutOptions{Config: cfg, In: data, Out: whole, NoTiming: true}); err != nil {
+		t.Fatal(err)
+	}
+	wholeSum, err := Score(ctx, NewScoreOptions(cfg, whole, filepath.Join(dir, "whole.scored.jsonl")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wholeEval, err := Evaluate(ctx, m, EvalOptions{Config: cfg, Data: data, Samples: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wholeTF := filepath.Join(dir, "whole.tf.jsonl")
+	if _, err := TeacherForceFile(ctx, m, TeacherForceOptions{Config: cfg, In: whole, Out: wholeTF}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, n := range []int{1, 3, 7} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			sd := filepath.Join(dir, fmt.Sprint(n))
+			os.MkdirAll(sd, 0o755)
+			var rolls, sums, evals, tfs []string
+			verified := 0
+			for k := range n {
+				sh := Shard{K: k, N: n}
+				out := filepath.Join(sd, fmt.Sprintf("rollouts-%d.jsonl", k))
+				if _, err := Rollout(ctx, m, RolloutOptions{Config: cfg, In: data, Out: out, NoTiming: true, Shard: sh}); err != nil {
+					t.Fatal(err)
+				}
+				rolls = append(rolls, out)
+				so := NewScoreOptions(cfg, whole, filepath.Join(sd, fmt.Sprintf("scored-%d.jsonl", k)))
+				so.Shard = sh
+				sum, err := Score(ctx, so)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sp := filepath.Join(sd, fmt.Sprintf("summary-%d.json", k))
+				if err := WriteJSON(sp, sum); err != nil {
+					t.Fatal(err)
+				}
+				sums = append(sums, sp)
+				ev, err := Evaluate(ctx, m, EvalOptions{Config: cfg, Data: data, Samples: 2, Shard: sh})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ep := filepath.Join(sd, fmt.Sprintf("eval-%d.json", k))
+				if err := WriteJSON(ep, ev); err != nil {
+					t.Fatal(err)
+				}
+				evals = append(evals, ep)
+				tf := filepath.Join(sd, fmt.Sprintf("tf-%d.jsonl", k))
+				if _, err := TeacherForceFile(ctx, m, TeacherForceOptions{Config: cfg, In: whole, Out: tf, Shard: sh}); err != nil {
+					t.Fatal(err)
+				}
+				tfs = append(tfs, tf)
+				vs, err := VerifyFile(ctx, VerifyFileOptions{Verifier: cfg.Verifier, In: verifyInputFile(t, whole), Shard: sh})
+				if err != nil {
+					t.Fatal(err)
+				}
+				verified += vs.Records
+			}
+			// Shards given in any order merge the same.
+			rolls[0], rolls[n-1] = rolls[n-1], rolls[0]
+			merged := filepath.Join(sd, "merged.jsonl")
+			mr, err := MergeRollouts(rolls, merged)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mr.Groups != 24 || mr.Records != 72 || mr.Shards != n {
+				t.Fatalf("merged %+v, want 24 groups, 72 records, %d shards", mr, n)
+			}
+			sameRecords(t, whole, merged)
+			sameRecords(t, wholeTF, concat(t, sd, "tf.jsonl", tfs))
+			if verified != 72 {
+				t.Fatalf("the shards verified %d lines, want 72", verified)
+			}
+
+			ms, err := MergeScores(sums, filepath.Join(sd, "scored.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameRecords(t, filepath.Join(dir, "whole.scored.jsonl"), filepath.Join(sd, "scored.jsonl"))
+			a, b := wholeSum, ms.Summary
+			a.In, a.Out, a.Seconds, b.In, b.Out, b.Seconds = "", "", 0, "", "", 0
+			sameJSON(t, "score summary", a, b)
+
+			me, err := MergeEval(evals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			we := wholeEval
+			we.Seconds, me.Seconds = 0, 0
+			sameJSON(t, "eval result", we, me)
+		})
+	}
+}
+
+// TestMergeRefuses: a missing shard, a duplicated one, one made with other
+// options and one holding another shard's prompts are each refused, naming
+// the file.
+func TestMergeRefuses(t *testing.T) {
+	var lines []string
+	for i := range 9 {
+		lines = append(lines, fmt.Sprintf(`{"id":"q%d","prompt":"Say %d:","answer":"1"}`, i, i))
+	}
+	cfg, data := apiFixture(t, lines...)
+	cfg.Rollout.Group = 2
+	cfg.Rollout.MaxTokens = 3
+	m := openModel(t, cfg)
+	ctx := context.Background()
+	dir := t.TempDir()
+	var files []string
+	for k := range 4 {
+		out := filepath.Join(dir, fmt.Sprintf("r%d.jsonl", k))
+		c := cfg
+		if k == 3 { // shard 2 again, with another seed
+			c.Rollout.Seed++
+		}
+		if _, err := Rollout(ctx, m, RolloutOptions{Config: c, In: data, Out: out, NoTiming: true, Shard: Shard{min(k, 2), 3}}); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, out)
+	}
+	out := filepath.Join(dir, "m.jsonl")
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{
+		{files[:2], "shard 2/3 missing"},
+		{[]string{files[0], files[1], files[1]}, "given twice"},
+		{[]string{files[0], files[1], files[3]}, "seed: 1 in the file, 0 now"},
+		{[]string{data}, "provenance"},
+	} {
+		_, err := MergeRollouts(c.in, out)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("MergeRollouts(%v): %v, want an error with %q", c.in, err, c.want)
+		}
+		if _, serr := os.Stat(out); serr == nil {
+			t.Fatalf("a refused merge left %s", out)
+		}
+	}
+	// A file whose provenance says shard 1 but holds shard 0's prompts.
+	b, _ := os.ReadFile(files[0])
+	os.WriteFile(files[1], b, 0o644)
+	if _, err := MergeRollouts(files[:3], out); err == nil || !strings.Contains(err.Error(), "belongs to shard") {
+		t.Errorf("mislabelled shard: %v", err)
+	}
+}
+
+// verifyInputFile writes the answer and completion of each rollout as
+// VerifyFile's input lines.
+func verifyInputFile(t *testing.T, rollouts string) string {
+	t.Helper()
+	recs, _, _, err := dataset.ReadFile[dataset.Rollout](rollouts, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := rollouts + ".verify.jsonl"
+	var sb strings.Builder
+	for _, r := range recs {
+		b, _ := json.Marshal(map[string]string{"prompt_id": r.PromptID, "answer": r.Answer, "completion": r.Text})
+		sb.Write(append(b, '\n'))
+	}
+	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// concat joins files into dir/name.
+func concat(t *testing.T, dir, name string, files []string) string {
+	t.Helper()
+	var all []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b...)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, all, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// recordTol bounds how far a log-prob (or entropy, confidence, reward) of a
+// sequence may move with the other sequences of its batch: llama.cpp's CPU
+// kernels sum in another order for another batch shape (rollout/engine.go),
+// about 1e-7 on the tiny model. Every token, text and count must be equal.
+const recordTol = 1e-5
+
+// sameRecords checks that two JSONL files hold the same records, in any
+// order: equal but for floating-point values within recordTol.
+func sameRecords(t *testing.T, a, b string) {
+	t.Helper()
+	la, lb := sortedLines(t, a), sortedLines(t, b)
+	if len(la) != len(lb) {
+		t.Fatalf("%s has %d records, %s %d", a, len(la), b, len(lb))
+	}
+	key := func(l string) string {
+		var r struct {
+			ID     string `json:"prompt_id"`
+			Sample int    `json:"sample"`
+		}
+		json.Unmarshal([]byte(l), &r)
+		return fmt.Sprintf("%s/%d", r.ID, r.Sample)
+	}
+	sort.Slice(la, func(i, j int) bool { return key(la[i]) < key(la[j]) })
+	sort.Slice(lb, func(i, j int) bool { return key(lb[i]) < key(lb[j]) })
+	for i := range la {
+		var x, y any
+		if err := json.Unmarshal([]byte(la[i]), &x); err != nil {
+			t.Fatal(err)
+		}
+		json.Unmarshal([]byte(lb[i]), &y)
+		if !closeJSON(x, y, recordTol) {
+			t.Fatalf("%s and %s differ:\n%.400s\n%.400s", a, b, la[i], lb[i])
+		}
+	}
+}
+
+func sortedLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := strings.Split(strings.TrimSpace(string(b)), "\n")
+	sort.Strings(ls)
+	return ls
+}
+
+// sameJSON compares two values through their JSON, floats to recordTol.
+func sameJSON(t *testing.T, what string, a, b any) {
+	t.Helper()
+	var x, y any
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	json.Unmarshal(ja, &x)
+	json.Unmarshal(jb, &y)
+	if !closeJSON(x, y, recordTol) {
+		t.Fatalf("%s differs:\none process: %s\nmerged:      %s", what, ja, jb)
+	}
+}
+
+// closeJSON compares decoded JSON: whole numbers (tokens, counts) exactly,
+// other numbers to tol.
+func closeJSON(x, y any, tol float64) bool {
+	switch a := x.(type) {
+	case float64:
+		b, ok := y.(float64)
+		if !ok {
+			return false
+		}
+		if a == math.Trunc(a) && b == math.Trunc(b) {
+			return a == b
+		}
+		return math.Abs(a-b) <= tol*math.Max(1, math.Abs(a))
+	case map[string]any:
+		b, ok := y.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k := range a {
+			if !closeJSON(a[k], b[k], tol) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := y.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !closeJSON(a[i], b[i], tol) {
+				return false
+			}
+		}
+		return true
+	}
+	return reflect.DeepEqual(x, y)
+}

@@ -1,0 +1,78 @@
+package pipeline
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/confclip/confclip/dataset"
+)
+
+// TestTrainChecksColumnsAgainstTokens: completion_mask, advantages and
+// old_logprobs must match the completion's tokens; train used to ignore
+// them (a mask of the wrong length, or one that drops tokens, trained on
+// everything).
+func TestTrainChecksColumnsAgainstTokens(t *testing.T) {
+	ok := func() dataset.TrainExample {
+		return dataset.TrainExample{PromptID: "p", Sample: 1, PromptIDs: []int32{1, 2}, CompletionIDs: []int32{3, 4, 5},
+			CompletionMask: []int32{1, 1, 1}, Advantage: 0.5, Advantages: []float64{0.5, 0.5, 0.5}, OldLogprobs: []float64{-1, -2, -3}}
+	}
+	cases := []struct {
+		name   string
+		change func(r *dataset.TrainExample)
+		want   string
+	}{
+		{"short mask", func(r *dataset.TrainExample) { r.CompletionMask = []int32{1, 1} }, "completion_mask has 2 entries for 3 completion tokens"},
+		{"long advantages", func(r *dataset.TrainExample) { r.Advantages = []float64{0.5, 0.5, 0.5, 0.5} }, "advantages has 4 entries for 3 completion tokens"},
+		{"mask value 2", func(r *dataset.TrainExample) { r.CompletionMask = []int32{1, 2, 1} }, "completion_mask[1] = 2"},
+		{"partial mask", func(r *dataset.TrainExample) { r.CompletionMask = []int32{1, 0, 1} }, "keeps 2 of 3 tokens"},
+		{"advantages differ", func(r *dataset.TrainExample) { r.Advantages = []float64{0.5, 0.7, 0.5} }, "advantages[1] = 0.7 differs"},
+		{"old logprobs short", func(r *dataset.TrainExample) { r.OldLogprobs = []float64{-1} }, "old_logprobs has 1 entries"},
+		{"positive old logprob", func(r *dataset.TrainExample) { r.OldLogprobs = []float64{-1, 0.5, -1} }, "old_logprobs[1] = 0.5"},
+		{"no completion", func(r *dataset.TrainExample) {
+			r.CompletionIDs, r.CompletionMask, r.Advantages, r.OldLogprobs = nil, nil, nil, nil
+		}, "no completion_ids"},
+	}
+	if err := CheckTrainExamples("x.jsonl", []dataset.TrainExample{ok()}); err != nil {
+		t.Fatalf("a good record: %v", err)
+	}
+	masked := ok()
+	masked.CompletionMask = []int32{0, 0, 0}
+	if err := CheckTrainExamples("x.jsonl", []dataset.TrainExample{masked}); err != nil {
+		t.Fatalf("a masked record: %v", err)
+	}
+	// NaN cannot be written in JSON, only in Parquet: checked directly.
+	nan := ok()
+	nan.Advantage, nan.Advantages = math.NaN(), nil
+	if err := CheckTrainExamples("x.parquet", []dataset.TrainExample{nan}); err == nil || !strings.Contains(err.Error(), "advantage NaN") {
+		t.Fatalf("a NaN advantage: %v", err)
+	}
+	if exs := Examples([]dataset.TrainExample{masked, ok()}); !exs[0].Masked || exs[1].Masked {
+		t.Fatalf("the all-zero mask is not used: %+v", exs)
+	}
+	for _, tc := range cases {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "train.jsonl")
+		bad := ok()
+		tc.change(&bad)
+		w, err := dataset.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		good := ok()
+		good.Sample = 0
+		w.Write(good)
+		w.Write(bad)
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Model.Path = filepath.Join(dir, "never-loaded.gguf")
+		_, err = Train(context.Background(), TrainOptions{Config: cfg, Data: path, AdapterOut: filepath.Join(dir, "out.gguf")})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path+": record 2 (prompt \"p\" sample 1)") {
+			t.Errorf("%s: got %v, want %q naming record 2", tc.name, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/verifiers"
+)
+
+// VerifyResult is a verifier's judgement of one completion.
+type VerifyResult struct {
+	Correct    bool    `json:"correct"`
+	Score      float64 `json:"score"`
+	Extracted  string  `json:"extracted"`
+	AnswerSpan []int   `json:"answer_span"` // [start, end) in the completion, null when nothing was extracted
+	Reason     string  `json:"reason"`
+}
+
+func toVerifyResult(r verifiers.Result) VerifyResult {
+	out := VerifyResult{Correct: r.Correct, Score: r.Score, Extracted: r.Extracted, Reason: r.Reason}
+	if r.Start >= 0 {
+		out.AnswerSpan = []int{r.Start, r.End}
+	}
+	return out
+}
+
+// Verify checks one completion against a reference answer with the
+// verifier the [verifier] table names.
+func Verify(ctx context.Context, vc VerifierConfig, completion, answer string) (VerifyResult, error) {
+	v, err := verifiers.New(vc.Name, VerifierOptions(vc))
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	r, err := v.Verify(ctx, completion, answer)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	return toVerifyResult(r), nil
+}
+
+// VerifyFileOptions say what VerifyFile checks and where the results go.
+type VerifyFileOptions struct {
+	Verifier VerifierConfig
+	In       string // JSONL lines with string fields "answer" and "completion"
+	// Out receives one VerifyResult a line, in input order, written
+	// atomically; when "", they go to W.
+	Out string
+	W   io.Writer
+	// Jobs is how many verifications run at once; 0 = the cores.
+	Jobs int
+	// Shard, when set, verifies only the lines of one shard (shard.go), by
+	// their prompt_id (or id), or by line for lines without one.
+	Shard Shard
+}
+
+// VerifySummary counts what VerifyFile checked.
+type VerifySummary struct {
+	Records int `json:"records"`
+	Correct int `json:"correct"`
+}
+
+// verifyInput is one line of VerifyFileOptions.In; other fields are ignored.
+type verifyInput struct {
+	Answer     *string `json:"answer"`
+	Completion *string `json:"completion"`
+	PromptID   string  `json:"prompt_id"`
+	ID         string  `json:"id"`
+}
+
+// VerifyFile verifies every line of In and writes the results, line for
+// line. Lines are verified in batches, Jobs at a time, and written in input
+// order. An error names the file and line.
+func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, err error) {
+	v, err := verifiers.New(o.Verifier.Name, VerifierOptions(o.Verifier))
+	if err != nil {
+		return sum, err
+	}
+	jobs := o.Jobs
+	if jobs <= 0 {
+		jobs = runtime.NumCPU()
+	}
+	f, err := os.Open(o.In)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	r := dataset.NewReader(f, o.In)
+
+	var write func(any) error
+	if o.Out == "" {
+		w := o.W
+		if w == nil {
+			w = io.Discard
+		}
+		enc := json.NewEncoder(w)
+		write = func(v any) error { return enc.Encode(v) }
+	} else {
+		dw, cerr := dataset.Create(o.Out)
+		if cerr != nil {
+			return sum, cerr
+		}
+		defer func() { // err is the named result: commit only a complete run
+			if err != nil {
+				dw.Abort()
+			} else {
+				err = dw.Commit()
+			}
+		}()
+		write = dw.Write
+	}
+
+	type item struct {
+		line               int
+		answer, completion string
+		res                verifiers.Result
+		err                error
+	}
+	batch := make([]item, 0, 64*jobs)
+	flush := func() error {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, jobs)
+		for i := range batch {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(it *item) {
+				defer func() { <-sem; wg.Done() }()
+				it.res, it.err = v.Verify(ctx, it.completion, it.answer)
+			}(&batch[i])
+		}
+		wg.Wait()
+		for _, it := range batch {
+			if it.err != nil {
+				return &dataset.LineError{File: o.In, Line: it.line, Err: it.err}
+			}
+			if err := write(toVerifyResult(it.res)); err != nil {
+				return err
+			}
+			sum.Records++
+			if it.res.Correct {
+				sum.Correct++
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for {
+		var rec verifyInput
+		err := r.Next(&rec)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return sum, err
+		}
+		if !o.Shard.Has(shardKey(cmp.Or(rec.PromptID, rec.ID), r.Line())) {
+			continue
+		}
+		if rec.Answer == nil || rec.Completion == nil {
+			return sum, &dataset.LineError{File: o.In, Line: r.Line(), Err: errors.New(`want string fields "answer" and "completion"`)}
+		}
+		batch = append(batch, item{line: r.Line(), answer: *rec.Answer, completion: *rec.Completion})
+		if len(batch) == cap(batch) {
+			if err := flush(); err != nil {
+				return sum, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return sum, err
+	}
+	if sum.Records == 0 && !o.Shard.Enabled() { // a shard may hold no line
+		return sum, fmt.Errorf("%s: nothing to verify", o.In)
+	}
+	return sum, nil
+}

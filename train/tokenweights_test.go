@@ -1,0 +1,194 @@
+package train
+
+import (
+	"math"
+	"sort"
+	"testing"
+
+	"github.com/confclip/confclip/llama"
+)
+
+// pgSetup opens a training context on the tiny model with a LoRA adapter
+// whose B matrices are random (so every LoRA tensor has a gradient) and
+// packs the test examples as PGEval sequences.
+func pgSetup(t *testing.T) (*llama.Context, []*llama.Param, []llama.PGSeq) {
+	t.Helper()
+	m := load(t, false)
+	a := newAdapter(t, m, true)
+	ps, _, err := AdapterParams(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, NUBatch: 256, NSeqMax: 1,
+		FlashAttn: "off", TrainingGraphs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	if err := ctx.SetAdapter(a, 1); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []llama.PGSeq
+	for _, e := range examples(t, m) {
+		toks := append(append([]llama.Token(nil), e.Prompt...), e.Completion...)
+		seqs = append(seqs, llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt)})
+	}
+	return ctx, ps, seqs
+}
+
+func pgGrads(t *testing.T, ctx *llama.Context, ps []*llama.Param, seqs []llama.PGSeq) (float64, []float32, [][]float32) {
+	t.Helper()
+	grads := make([][]float32, len(ps))
+	for j, p := range ps {
+		grads[j] = make([]float32, p.Len())
+	}
+	loss, lp, err := ctx.PGEval(seqs, ps, grads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loss, lp, grads
+}
+
+// withTokenWeights gives completion token k of sequence i the weight f(i, k).
+func withTokenWeights(seqs []llama.PGSeq, f func(i, k int) float32) []llama.PGSeq {
+	out := make([]llama.PGSeq, len(seqs))
+	for i, s := range seqs {
+		s.TokenWeights = make([]float32, len(s.Tokens)-s.NPrompt)
+		for k := range s.TokenWeights {
+			s.TokenWeights[k] = f(i, k)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// Equal token weights are the sequence weight: same loss and gradients.
+func TestTokenWeightsEqualSequenceWeight(t *testing.T) {
+	ctx, ps, seqs := pgSetup(t)
+	w := []float32{1.5, -0.5, 0.25}
+	bySeq := make([]llama.PGSeq, len(seqs))
+	for i, s := range seqs {
+		s.Weight = w[i]
+		bySeq[i] = s
+	}
+	l1, _, g1 := pgGrads(t, ctx, ps, bySeq)
+	l2, _, g2 := pgGrads(t, ctx, ps, withTokenWeights(seqs, func(i, _ int) float32 { return w[i] }))
+	if math.Abs(l1-l2) > 1e-5*math.Abs(l1) {
+		t.Errorf("loss with sequence weights %g, with equal token weights %g", l1, l2)
+	}
+	worst, norm := 0.0, 0.0
+	for j := range g1 {
+		for k := range g1[j] {
+			worst = math.Max(worst, math.Abs(float64(g1[j][k]-g2[j][k])))
+			norm = math.Max(norm, math.Abs(float64(g1[j][k])))
+		}
+	}
+	if norm == 0 || worst > 1e-5*norm {
+		t.Errorf("gradients differ by up to %g (largest gradient %g)", worst, norm)
+	}
+}
+
+// With distinct per-token weights (some zero, some negative) the loss is
+// -sum w_t log p_t and its gradient matches central finite differences.
+func TestTokenWeightsGradientCheck(t *testing.T) {
+	ctx, ps, seqs := pgSetup(t)
+	tw := []float32{0.7, -1.3, 0, 2.1, -0.4, 1.0}
+	seqs = withTokenWeights(seqs, func(i, k int) float32 { return tw[(3*i+k)%len(tw)] })
+	loss, lp, g := pgGrads(t, ctx, ps, seqs)
+	want, n := 0.0, 0
+	for _, s := range seqs {
+		for _, w := range s.TokenWeights {
+			want -= float64(w) * float64(lp[n])
+			n++
+		}
+	}
+	if math.Abs(loss-want) > 1e-4*math.Max(1, math.Abs(want)) {
+		t.Fatalf("loss %g, want -sum w_t log p_t = %g", loss, want)
+	}
+	scratch := make([][]float32, len(ps))
+	for j, p := range ps {
+		scratch[j] = make([]float32, p.Len())
+	}
+	lossAt := func(p *llama.Param, vals []float32, k int, v float32) float64 {
+		old := vals[k]
+		vals[k] = v
+		p.Set(vals)
+		l, _, err := ctx.PGEval(seqs, ps, scratch) // the loss is evaluated with a backward pass only
+		vals[k] = old
+		p.Set(vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	const h = 2e-2
+	worst, checked := 0.0, 0
+	for j, p := range ps {
+		idx := make([]int, p.Len())
+		for k := range idx {
+			idx[k] = k
+		}
+		sort.Slice(idx, func(a, b int) bool { return math.Abs(float64(g[j][idx[a]])) > math.Abs(float64(g[j][idx[b]])) })
+		vals := make([]float32, p.Len())
+		p.Get(vals)
+		for _, k := range idx[:2] {
+			if g[j][k] == 0 {
+				continue
+			}
+			fd := (-lossAt(p, vals, k, vals[k]+2*h) + 8*lossAt(p, vals, k, vals[k]+h) -
+				8*lossAt(p, vals, k, vals[k]-h) + lossAt(p, vals, k, vals[k]-2*h)) / (12 * h)
+			rel := math.Abs(fd-float64(g[j][k])) / math.Max(math.Abs(fd), math.Abs(float64(g[j][k])))
+			worst = math.Max(worst, rel)
+			checked++
+			if rel > 1e-3 {
+				t.Errorf("%s[%d]: analytic %g, finite difference %g (relative error %.2g)", p.Name, k, g[j][k], fd, rel)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no gradient entries checked")
+	}
+	t.Logf("per-token weights: %d entries checked, worst relative error %.3g", checked, worst)
+}
+
+func TestTokenWeightsBad(t *testing.T) {
+	ctx, ps, seqs := pgSetup(t)
+	grads := make([][]float32, len(ps))
+	for j, p := range ps {
+		grads[j] = make([]float32, p.Len())
+	}
+	short := append([]llama.PGSeq(nil), seqs...)
+	short[0].TokenWeights = []float32{1}
+	if _, _, err := ctx.PGEval(short, ps, grads); err == nil {
+		t.Error("PGEval accepted the wrong number of token weights")
+	}
+	nan := withTokenWeights(seqs, func(i, k int) float32 { return float32(math.NaN()) })
+	if _, _, err := ctx.PGEval(nan, ps, grads); err == nil {
+		t.Error("PGEval accepted a NaN token weight")
+	}
+}
+
+// The log-probs a training evaluation returns are those of the forward pass:
+// the backward pass once reused the logits' memory, and every sequence but
+// the last came back wrong while the loss was right.
+func TestPGEvalLogProbsSurviveBackward(t *testing.T) {
+	ctx, ps, seqs := pgSetup(t)
+	for i := range seqs {
+		seqs[i].Weight = 1
+	}
+	_, fwd, err := ctx.PGEval(seqs, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, bwd, _ := pgGrads(t, ctx, ps, seqs)
+	sum := 0.0
+	for k := range fwd {
+		sum -= float64(fwd[k])
+		if math.Abs(float64(fwd[k]-bwd[k])) > 1e-5 {
+			t.Errorf("completion token %d: log-prob %g without the backward pass, %g with it", k, fwd[k], bwd[k])
+		}
+	}
+	if math.Abs(loss-sum) > 1e-4*sum {
+		t.Errorf("loss %g, want -sum log p = %g", loss, sum)
+	}
+}
