@@ -25,7 +25,7 @@ func loadArch(t *testing.T, arch string, noMmap bool) (*llama.Model, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
+	t.Cleanup(func() { m.Close() })
 	return m, path
 }
 
@@ -231,7 +231,7 @@ func writeMamba(t *testing.T) string {
 	w.SetUint32("mamba.embedding_length", e)
 	w.SetUint32("mamba.block_count", 1)
 	w.SetUint32("mamba.feed_forward_length", 0)
-	w.SetUint32("mamba.attention.head_count", 0)
+	w.SetUint32("mamba.attention.head_count", 1) // unused by mamba
 	w.SetUint32("mamba.ssm.conv_kernel", conv)
 	w.SetUint32("mamba.ssm.inner_size", inner)
 	w.SetUint32("mamba.ssm.state_size", state)

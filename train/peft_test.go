@@ -48,7 +48,8 @@ func TestPEFTRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := m.Info()
-	if sum.Rank != 4 || sum.Alpha != 8 || sum.Tensors != 2*len(Targets)*info.Layers {
+	// The tiny llama has every target but phi3's fused attn_qkv.
+	if sum.Rank != 4 || sum.Alpha != 8 || sum.Tensors != 2*(len(Targets)-1)*info.Layers {
 		t.Errorf("export summary %+v", sum)
 	}
 
@@ -87,6 +88,9 @@ func TestPEFTRoundTrip(t *testing.T) {
 		"ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 	for l := range info.Layers {
 		for _, tg := range Targets {
+			if tg == "attn_qkv" { // phi3's, not in a llama block
+				continue
+			}
 			for _, ab := range []string{"A", "B"} {
 				wantNames = append(wantNames, fmt.Sprintf("base_model.model.model.layers.%d.%s.lora_%s.weight", l, hf[tg], ab))
 			}
@@ -99,6 +103,9 @@ func TestPEFTRoundTrip(t *testing.T) {
 	headDim := info.Embd / info.Heads
 	for l := range info.Layers {
 		for _, tg := range Targets {
+			if tg == "attn_qkv" { // phi3's, not in a llama block
+				continue
+			}
 			for _, ab := range []string{"a", "b"} {
 				gname := fmt.Sprintf("blk.%d.%s.weight.lora_%s", l, tg, ab)
 				tn, _ := st.Get(fmt.Sprintf("base_model.model.model.layers.%d.%s.lora_%s.weight", l, hf[tg], strings.ToUpper(ab)))
