@@ -186,3 +186,11 @@ func TestLastBoxed(t *testing.T) {
 		t.Error("an unclosed box gave an answer")
 	}
 }
+
+// confclip's own prompts may come without an answer (generation only).
+func TestReadPromptsNoAnswer(t *testing.T) {
+	pf, err := ReadPrompts(writeFile(t, "p.jsonl", `{"id":"s1","prompt":"Once upon a time"}`+"\n"+`{"id":"s2","prompt":"x","answer":""}`), FieldMap{}, false)
+	if err != nil || len(pf.Prompts) != 2 || pf.Prompts[0].Answer != "" {
+		t.Fatalf("%+v %v", pf, err)
+	}
+}

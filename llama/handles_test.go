@@ -134,3 +134,19 @@ func TestErrorCapturedPerCall(t *testing.T) {
 		}
 	}
 }
+
+func TestDeviceByName(t *testing.T) {
+	devs := llama.Backends()
+	if len(devs) == 0 {
+		t.Fatal("no ggml devices")
+	}
+	m, err := llama.LoadModel(tinyPath, llama.ModelParams{Device: devs[0]})
+	if err != nil {
+		t.Fatalf("device %q: %v", devs[0], err)
+	}
+	m.Close()
+	_, err = llama.LoadModel(tinyPath, llama.ModelParams{Device: "NoSuchGPU7"})
+	if err == nil || !strings.Contains(err.Error(), devs[0]) {
+		t.Fatalf("an unknown device: %v (want the known ones listed)", err)
+	}
+}

@@ -100,7 +100,10 @@ func PrecheckGGUF(path string) error {
 		return fileErr(path, "%v", err)
 	}
 	if _, err := precheckGGUF(f, st.Size()); err != nil {
-		return fileErr(path, "%v", err)
+		if strings.HasPrefix(err.Error(), "truncated") || strings.HasPrefix(err.Error(), "not a GGUF") {
+			return fileErr(path, "%v", err)
+		}
+		return fileErr(path, "not a valid GGUF file: %v", err)
 	}
 	return nil
 }

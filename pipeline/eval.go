@@ -84,7 +84,7 @@ type EvalCase struct {
 type EvalResult struct {
 	Data string `json:"data"`
 	// Shard is "K/N" for one shard's result (EvalOptions.Shard).
-	Shard   string `json:"shard,omitempty"`
+	Shard   string `json:"shard"` // "" unless sharded (always present: the JSON has one shape)
 	Prompts int    `json:"prompts"`
 	Correct int    `json:"correct"`
 	// Accuracy is Correct / Prompts with greedy completions (one per prompt,

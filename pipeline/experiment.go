@@ -25,11 +25,15 @@ type Arm struct {
 	Scale     string // advantage.scale
 }
 
-// Arms are the arms `confclip experiment` knows by name.
+// Arms are the arms `confclip experiment` knows by name. ConfClip with GRPO
+// divides by the batch's std: with each group's own std, a weak model's
+// all-wrong groups turn tiny confidence differences into full-size
+// advantages and collapse (docs/method.md, "Our reading: ConfClip with
+// GRPO's std"); confclip_grpo_group is that variant, kept for comparison.
 var Arms = []Arm{
 	{"binary_grpo", "binary", "grpo", "group"},
-	{"confclip_grpo", "confclip", "grpo", "group"},
-	{"confclip_grpo_batch", "confclip", "grpo", "batch"},
+	{"confclip_grpo", "confclip", "grpo", "batch"},
+	{"confclip_grpo_group", "confclip", "grpo", "group"},
 	{"binary_grpo_batch", "binary", "grpo", "batch"},
 	{"confclip_dr_grpo", "confclip", "dr_grpo", "group"},
 	{"binary_dr_grpo", "binary", "dr_grpo", "group"},

@@ -144,6 +144,14 @@ func (m *Model) engine(o rollout.Options) (*rollout.Engine, error) {
 	return e, nil
 }
 
+// NewEngine makes a generation engine with the model's adapter applied, for
+// callers that drive it themselves (confclip serve). The Model closes it,
+// or ReleaseEngine before.
+func (m *Model) NewEngine(o rollout.Options) (*rollout.Engine, error) { return m.engine(o) }
+
+// ReleaseEngine closes an engine made by NewEngine.
+func (m *Model) ReleaseEngine(e *rollout.Engine) { m.release(e) }
+
 // release closes an engine made by engine before the Model closes.
 func (m *Model) release(e *rollout.Engine) {
 	for i, x := range m.engines {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/rollout"
 )
 
 // RolloutOptions say what Rollout samples and where it writes.
@@ -30,6 +31,20 @@ type RolloutOptions struct {
 	Progress func(Event)
 	// Shard, when set, takes only the prompts of one shard (shard.go).
 	Shard Shard
+	// Source, when set, generates the groups instead of the model (which
+	// may then be nil): an OpenAI-compatible server (server.Client).
+	Source RolloutSource
+}
+
+// RolloutSource generates rollout groups somewhere else than in this
+// process's engine.
+type RolloutSource interface {
+	// Generate samples cfg.Rollout.Group completions for each prompt and
+	// calls emit with each complete group, as rollout.Engine.Generate does.
+	Generate(ctx context.Context, cfg Config, prompts []dataset.Prompt, emit func([]dataset.Rollout) error) (rollout.Stats, error)
+	// Model names what generates (an endpoint and a model), in place of the
+	// model file and its hash in the provenance.
+	Model() string
 }
 
 // PromptError is a prompt that was not generated, with its place in the
@@ -173,8 +188,11 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	}
 	res.Prompts = len(kept)
 
-	prov, err := m.rolloutProvenance(cfg, o.NoTiming)
-	if err != nil {
+	var prov RolloutProvenance
+	if o.Source != nil {
+		prov = RolloutProvenance{Schema: SchemaRolloutProvenance, Model: o.Source.Model(), ModelSHA256: "remote " + o.Source.Model(),
+			Settings: rolloutSettings(cfg, o.NoTiming)}
+	} else if prov, err = m.rolloutProvenance(cfg, o.NoTiming); err != nil {
 		return res, err
 	}
 	prov.Shard = o.Shard.String()
@@ -202,13 +220,19 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 		}
 	}
 
-	opts := EngineOptions(cfg)
-	opts.NoTiming = o.NoTiming
-	e, err := m.engine(opts)
-	if err != nil {
-		return res, err
+	generate := func(ctx context.Context, ps []dataset.Prompt, emit func([]dataset.Rollout) error) (rollout.Stats, error) {
+		return o.Source.Generate(ctx, cfg, ps, emit)
 	}
-	defer m.release(e)
+	if o.Source == nil {
+		opts := EngineOptions(cfg)
+		opts.NoTiming = o.NoTiming
+		e, err := m.engine(opts)
+		if err != nil {
+			return res, err
+		}
+		defer m.release(e)
+		generate = e.Generate
+	}
 	app, err := dataset.OpenAppend(o.Out)
 	if err != nil {
 		return res, err
@@ -217,7 +241,7 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 
 	start := time.Now()
 	batch := make([]any, cfg.Rollout.Group)
-	st, genErr := e.Generate(ctx, todo, func(g []dataset.Rollout) error {
+	st, genErr := generate(ctx, todo, func(g []dataset.Rollout) error {
 		for i := range g {
 			batch[i] = &g[i]
 		}

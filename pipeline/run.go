@@ -87,6 +87,9 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
+	if err := checkRunFiles(cfg); err != nil {
+		return res, err
+	}
 	trainPrompts, err := readPrompts(cfg.Data.Train, cfg.Data.Map)
 	if err != nil {
 		return res, err
@@ -102,11 +105,14 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		return res, err
 	}
 
-	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers})
+	mc := cfg.Model
+	mc.Adapter = "" // the run's own adapter is loaded below
+	h, err := OpenModel(mc)
 	if err != nil {
 		return res, err
 	}
-	defer m.Close()
+	defer h.Close()
+	m := h.llm
 	adapterPath := filepath.Join(dir, InitAdapter)
 	switch {
 	case ck != nil:
@@ -120,11 +126,10 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		}
 		crashPoint("init-adapter-written")
 	}
-	a, err := llama.LoadAdapter(m, adapterPath)
-	if err != nil {
+	if err := h.LoadAdapter(adapterPath); err != nil {
 		return res, err
 	}
-	defer a.Close()
+	a := h.adapter
 
 	tr, err := train.NewLoRATrainer(m, a, TrainerConfig(cfg))
 	if err != nil {
@@ -140,21 +145,14 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 			return res, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
 		}
 	}
-	engine, err := rollout.NewEngine(m, EngineOptions(cfg))
+	// The handle's engines sample with its adapter, the one trained here.
+	engine, err := h.engine(EngineOptions(cfg))
 	if err != nil {
-		return res, err
-	}
-	defer engine.Close()
-	if err := engine.SetAdapter(a, 1); err != nil {
 		return res, err
 	}
 	var greedy *rollout.Engine
 	if len(evalPrompts) > 0 {
-		if greedy, err = rollout.NewEngine(m, GreedyOptions(cfg)); err != nil {
-			return res, err
-		}
-		defer greedy.Close()
-		if err := greedy.SetAdapter(a, 1); err != nil {
+		if greedy, err = h.engine(GreedyOptions(cfg)); err != nil {
 			return res, err
 		}
 	}
@@ -546,6 +544,15 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	crashPoint("checkpoint-recorded")
 	if prev.Dir != "" && prev.Dir != name {
 		os.RemoveAll(filepath.Join(dir, prev.Dir))
+	}
+	// What a stop left behind (a folder of a checkpoint that was never
+	// recorded, or whose removal was cut short) goes too.
+	if ents, err := os.ReadDir(filepath.Join(dir, "checkpoints")); err == nil {
+		for _, e := range ents {
+			if e.Name() != filepath.Base(name) {
+				os.RemoveAll(filepath.Join(dir, "checkpoints", e.Name()))
+			}
+		}
 	}
 	return nil
 }

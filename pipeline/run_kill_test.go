@@ -83,6 +83,15 @@ func TestRunKilledAtEveryPhase(t *testing.T) {
 					t.Fatal(err)
 				}
 				sameRunMetrics(t, whole.Rows, rows)
+				// One checkpoint is left, the last step's.
+				ents, _ := os.ReadDir(filepath.Join(c.Run.Out, "checkpoints"))
+				if len(ents) != 1 || ents[0].Name() != fmt.Sprintf("step-%04d", c.Run.Steps) {
+					var names []string
+					for _, e := range ents {
+						names = append(names, e.Name())
+					}
+					t.Errorf("checkpoints left: %v", names)
+				}
 				matrix = append(matrix, at+": killed, resumed, metrics equal")
 			})
 		}

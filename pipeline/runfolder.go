@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -75,4 +76,24 @@ func configKeyNames() []string {
 		}
 	}
 	return out
+}
+
+// checkRunFiles checks, before a run folder is made, that the files the
+// config names are there: a typo in a path then leaves nothing behind.
+func checkRunFiles(cfg Config) error {
+	check := func(key, path string) error {
+		if path == "" {
+			return nil
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("%s = %q: %w", key, path, err)
+		}
+		if fi.IsDir() {
+			return fmt.Errorf("%s = %q: is a folder, want a file", key, path)
+		}
+		return nil
+	}
+	return errors.Join(check("model.path", cfg.Model.Path), check("model.adapter", cfg.Model.Adapter),
+		check("data.train", cfg.Data.Train), check("data.eval", cfg.Data.Eval))
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -43,5 +44,33 @@ func TestMeanCI95(t *testing.T) {
 	}
 	if _, h := MeanCI95([]float64{5, math.NaN()}); !math.IsNaN(h) {
 		t.Errorf("one finite value: half-width %g, want NaN", h)
+	}
+}
+
+// TestExperimentTables: one seed shows the arm's own McNemar counts; with
+// several seeds the table shows intervals and the paired table compares
+// each arm with the first, seed by seed.
+func TestExperimentTables(t *testing.T) {
+	mk := func(name string, accs ...float64) ArmResult {
+		a := ArmResult{Arm: name}
+		for i, acc := range accs {
+			a.Seeds = append(a.Seeds, SeedResult{Seed: uint64(i + 1), AccBefore: 0.5, AccAfter: acc, SampledTokens: 8 + acc,
+				ZeroStd: 0.3, Fixed: 40, Broken: 10, McNemarP: mcNemarP(40, 10)})
+		}
+		a.summarise()
+		return a
+	}
+	one := ExperimentTable([]ArmResult{mk("binary_grpo", 0.6)}, 1)
+	if !strings.Contains(one, "fixed 40, broken 10, p = 2.4e-05") || strings.Contains(one, "±") {
+		t.Errorf("one seed:\n%s", one)
+	}
+	arms := []ArmResult{mk("binary_grpo", 0.6, 0.62, 0.58), mk("confclip_grpo", 0.65, 0.62, 0.6)}
+	many := ExperimentTable(arms, 3)
+	if !strings.Contains(many, "p < 0.01 in 3 of 3 seeds (fixed 120, broken 30 in all)") || !strings.Contains(many, "0.600 ± ") {
+		t.Errorf("three seeds:\n%s", many)
+	}
+	paired := PairedTable(arms)
+	if !strings.Contains(paired, "| confclip_grpo | 0.023 ± ") || !strings.Contains(paired, "| 2 / 1 / 0 |") {
+		t.Errorf("paired:\n%s", paired)
 	}
 }

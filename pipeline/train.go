@@ -9,7 +9,6 @@ import (
 	"slices"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/train"
 )
 
@@ -142,11 +141,14 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, err
 	}
 	sum.Examples = len(recs)
-	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers})
+	mc := cfg.Model
+	mc.Adapter = "" // the adapter trained here is loaded below
+	h, err := OpenModel(mc)
 	if err != nil {
 		return sum, err
 	}
-	defer m.Close()
+	defer h.Close()
+	m := h.llm
 	in := o.AdapterIn
 	if in == "" {
 		tmp, err := os.CreateTemp("", "confclip-lora-*.gguf")
@@ -161,11 +163,10 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		in = tmp.Name()
 		sum.NewAdapter = true
 	}
-	a, err := llama.LoadAdapter(m, in)
-	if err != nil {
+	if err := h.LoadAdapter(in); err != nil {
 		return sum, err
 	}
-	defer a.Close()
+	a := h.adapter
 	tr, err := train.NewLoRATrainer(m, a, TrainerConfig(cfg))
 	if err != nil {
 		return sum, err

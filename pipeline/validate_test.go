@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -85,5 +86,22 @@ func TestRunValidatesBeforeCreating(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.Run.Out); !os.IsNotExist(err) {
 		t.Fatalf("the run folder was created (%v)", err)
+	}
+}
+
+// TestShippedConfigsValidate: the example configurations pass Validate
+// (a check that rejected them would be wrong, or they would be).
+func TestShippedConfigsValidate(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("..", "examples", "*.toml"))
+	files = append(files, filepath.Join("..", "docs", "example.toml"))
+	for _, f := range files {
+		cfg, err := LoadConfig(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }

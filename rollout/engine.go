@@ -396,12 +396,15 @@ func (e *Engine) Generate(ctx context.Context, prompts []dataset.Prompt, emit fu
 			return st, err
 		}
 	}
-	err := e.generate(ctx, gs, &st, emit)
+	err := e.generate(ctx, gs, &st, emit, nil)
 	st.Elapsed = time.Since(start)
 	return st, err
 }
 
-func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit func([]dataset.Rollout) error) error {
+// generate runs the decode loop over waiting. feed, when set, brings groups
+// that arrived since (Serve): it is asked without waiting before each step,
+// and, waiting, when nothing is left to decode; nil then ends the loop.
+func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit func([]dataset.Rollout) error, feed func(wait bool) []*group) error {
 	c, b, G := e.ctx, e.batch, e.o.Group
 	c.ClearKV()
 	slots := make([]*sequence, e.o.Parallel)
@@ -416,6 +419,9 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if feed != nil {
+			waiting = append(waiting, feed(false)...)
 		}
 		// Admit the next group's remaining samples once there are enough
 		// free slots for all of them (or all slots, when the group is
@@ -476,6 +482,12 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 			}
 		}
 		if b.Len() == 0 {
+			if feed != nil {
+				if more := feed(true); len(more) > 0 {
+					waiting = append(waiting, more...)
+					continue
+				}
+			}
 			return nil // nothing in flight and nothing waiting
 		}
 		if err := c.Decode(b); err != nil {

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -151,6 +152,8 @@ func mutate(r *rand.Rand, orig []byte, fields []field, tokens []int, dataStart i
 	}
 }
 
+var crashSignal = regexp.MustCompile(`\bSIG(SEGV|FPE|BUS|ILL|TRAP|ABRT|SYS): `)
+
 type outcome struct {
 	signal, assert, hang bool
 	code                 int
@@ -178,7 +181,13 @@ func run(args ...string) outcome {
 		}
 	}
 	s := out.String()
-	if strings.Contains(s, "GGML_ASSERT") || strings.Contains(s, "terminate called") || strings.Contains(s, "fatal error:") || strings.Contains(s, "panic:") {
+	// A signal in C code (llama.cpp) reaches the Go runtime, which prints
+	// it and exits 2 rather than dying from it.
+	if crashSignal.MatchString(s) {
+		o.signal = true
+	}
+	if strings.Contains(s, "GGML_ASSERT") || strings.Contains(s, "terminate called") || strings.Contains(s, "SIGABRT") ||
+		strings.Contains(s, "fatal error:") || strings.Contains(s, "panic:") {
 		o.assert = true
 	}
 	return o

@@ -54,13 +54,25 @@ var hfModules = map[string]string{
 	"ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
 }
 
+// phi3Modules: Phi-3 keeps q, k and v in one qkv_proj and gate and up in
+// one gate_up_proj, which llama.cpp's converter writes as they are
+// (attn_qkv, and ffn_up of twice the feed-forward size).
+var phi3Modules = map[string]string{
+	"attn_qkv": "self_attn.qkv_proj", "attn_output": "self_attn.o_proj",
+	"ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj",
+}
+
 // peftArchs are the architectures whose adapters convert: llama (which
-// llama.cpp also uses for Mistral and other llama-shaped models) and the
-// Qwen families, whose converters keep Hugging Face's row order.
+// llama.cpp also uses for Mistral and other llama-shaped models), and the
+// Qwen, Gemma and Phi-3 families, whose converters keep Hugging Face's row
+// order.
 var peftArchs = map[string]peftArch{
-	"llama": {modules: hfModules, permuteQK: true},
-	"qwen2": {modules: hfModules},
-	"qwen3": {modules: hfModules},
+	"llama":  {modules: hfModules, permuteQK: true},
+	"qwen2":  {modules: hfModules},
+	"qwen3":  {modules: hfModules},
+	"gemma2": {modules: hfModules},
+	"gemma3": {modules: hfModules},
+	"phi3":   {modules: phi3Modules},
 }
 
 // PEFTArchitectures lists the architectures ExportPEFT and ImportPEFT take.

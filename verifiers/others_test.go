@@ -136,6 +136,9 @@ func TestCommand(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := sh(tc.script)
 			o.CPUSeconds, o.MemoryMB = 1, 64
+			// One CPU second can take many wall-clock seconds on a loaded
+			// machine: the CPU limit, not the timeout, must end "cpu limit".
+			o.Timeout = time.Minute
 			res, err := mustNew(t, "command", o).Verify(context.Background(), "42", "42")
 			if err != nil {
 				t.Fatal(err)

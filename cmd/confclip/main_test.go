@@ -227,12 +227,13 @@ func TestEvalJUnitAndFailures(t *testing.T) {
 	}
 	data := filepath.Join(dir, "smoke.jsonl")
 	os.WriteFile(data, []byte(`{"id":"p0","prompt":"Say 0:","answer":"x"}
-{"id":"p1","prompt":"","answer":"x"}
-`), 0o644)
+{"id":"p1","prompt":"`+strings.Repeat("Say 1 2 3 ", 20)+`","answer":"x"}
+`), 0o644) // p1 does not fit -c 64
+
 	always := filepath.Join(dir, "always.toml")
 	os.WriteFile(always, []byte("[verifier]\nname = \"format\"\npattern = \"\"\"(?s).*\"\"\"\n"), 0o644)
 	junit := filepath.Join(dir, "report.xml")
-	code, out := runOut(t, "eval", "-m", model, "--data", data, "-n", "3", "--config", always, "--junit", junit, "--fail-under", "0.9")
+	code, out := runOut(t, "eval", "-m", model, "--data", data, "-n", "3", "-c", "64", "--config", always, "--junit", junit, "--fail-under", "0.9")
 	if code != 3 || !strings.Contains(out, "accuracy     0.5000") || !strings.Contains(out, `smoke.jsonl:2: id "p1"`) {
 		t.Fatalf("eval with an empty prompt: exit %d\n%s", code, out)
 	}
@@ -240,7 +241,7 @@ func TestEvalJUnitAndFailures(t *testing.T) {
 	if err != nil || strings.Count(string(b), "<testcase ") != 2 || !strings.Contains(string(b), `errors="1"`) {
 		t.Fatalf("JUnit report: %v\n%s", err, b)
 	}
-	code, out = runOut(t, "eval", "-m", model, "--data", data, "-n", "3", "--config", always, "--json")
+	code, out = runOut(t, "eval", "-m", model, "--data", data, "-n", "3", "-c", "64", "--config", always, "--json")
 	if code != 0 || !strings.Contains(out, `"auroc": null`) || !strings.Contains(out, `"pass_at_k": null`) {
 		t.Fatalf("eval --json: exit %d\n%s", code, out)
 	}

@@ -26,7 +26,7 @@ func init() {
 				&cli.BoolFlag{Name: "restart", Usage: "delete --out and start over instead of resuming it"},
 				&cli.BoolFlag{Name: "skip-bad", Usage: "skip malformed lines of --data, counting them, instead of stopping"},
 				&cli.BoolFlag{Name: "no-timing", Usage: "leave timing out of the records (the file then depends only on the inputs and options)"},
-			}, shardFlags()),
+			}, shardFlags(), endpointFlags()),
 			Action: rolloutCmd,
 		}
 	})
@@ -41,18 +41,21 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	m, err := pipeline.OpenModel(cfg.Model)
-	if err != nil {
-		return err
+	source := endpointOf(c)
+	var m *pipeline.Model
+	if source == nil {
+		if m, err = pipeline.OpenModel(cfg.Model); err != nil {
+			return err
+		}
+		defer m.Close()
 	}
-	defer m.Close()
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.Rollout(sctx, m, pipeline.RolloutOptions{
 		Config: cfg, In: c.String("data"), Out: c.String("out"),
 		SkipBad: c.Bool("skip-bad"), NoTiming: c.Bool("no-timing"), Restart: c.Bool("restart"), Progress: r.event,
-		Shard: shard,
+		Shard: shard, Source: source,
 	})
 	r.end()
 	w := c.Root().Writer

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/server"
+)
+
+func init() {
+	register(func() *cli.Command {
+		return &cli.Command{
+			Name:      "serve",
+			Usage:     "serve the model over an OpenAI-compatible HTTP API (completions, chat completions with log-probs and streaming)",
+			UsageText: "confclip serve -m M.gguf [--host 127.0.0.1] [--port 8080] [--parallel 16] [--ctx-size 2048] [--adapter-dir DIR]",
+			Description: "Endpoints: POST /v1/completions, POST /v1/chat/completions (stream: true for server-sent\n" +
+				"events), GET /v1/models, GET /health, POST /v1/adapters {\"path\": \"name.gguf\"} (with\n" +
+				"--adapter-dir). Requests are batched continuously across clients. The sampling flags are the\n" +
+				"defaults of requests that do not set them. SIGINT or SIGTERM stops taking requests and\n" +
+				"finishes those in flight (see docs/scale.md).",
+			Flags: join(modelFlags(), samplingFlags(), []cli.Flag{
+				&cli.StringFlag{Name: "host", Value: "127.0.0.1", Usage: "address to listen on (0.0.0.0 for every interface)"},
+				&cli.IntFlag{Name: "port", Value: 8080, Usage: "TCP port (0 picks a free one, printed)"},
+				&cli.StringFlag{Name: "model-id", Usage: "the model's name in the API (default: the file's name without .gguf)"},
+				&cli.StringFlag{Name: "adapter-dir", Usage: "let POST /v1/adapters load LoRA adapters from `DIR`"},
+				&cli.IntFlag{Name: "max-requests", Value: 256, Usage: "requests queued or running at once; more get 429"},
+				&cli.IntFlag{Name: "max-body", Value: 1 << 20, Usage: "largest request body in bytes; larger get 413"},
+				&cli.IntFlag{Name: "max-n", Value: 64, Usage: "largest n (completions per request)"},
+				&cli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Minute, Usage: "on SIGTERM, how long in-flight requests may take to finish"},
+			}),
+			Action: serveCmd,
+		}
+	})
+}
+
+func serveCmd(ctx context.Context, c *cli.Command) error {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	m, err := pipeline.OpenModel(cfg.Model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	srv, err := server.New(m, server.Options{
+		Config: cfg, ModelID: c.String("model-id"), AdapterDir: c.String("adapter-dir"),
+		MaxRequests: c.Int("max-requests"), MaxBodyBytes: int64(c.Int("max-body")), MaxN: c.Int("max-n"),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.String("host"), fmt.Sprint(c.Int("port"))))
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	fmt.Fprintf(c.Root().Writer, "serving %s on http://%s/v1\n", srv.ModelID(), ln.Addr())
+	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		srv.Close()
+		return err
+	case <-sctx.Done():
+	}
+	fmt.Fprintln(os.Stderr, "shutting down: finishing the requests in flight")
+	dctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
+	defer cancel()
+	err = hs.Shutdown(dctx)
+	srv.Close()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	fmt.Fprintln(os.Stderr, "stopped")
+	return nil
+}
+
+// endpointFlags make rollout sample on an OpenAI-compatible server.
+func endpointFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "endpoint", Usage: "sample on the OpenAI-compatible server at `URL` (e.g. http://127.0.0.1:8080/v1) instead of a local model"},
+		&cli.StringFlag{Name: "endpoint-model", Usage: "model `NAME` the requests ask for (default: the first /v1/models lists)"},
+		&cli.StringFlag{Name: "api-key", Sources: cli.EnvVars("OPENAI_API_KEY"), Usage: "bearer token for --endpoint"},
+		&cli.IntFlag{Name: "concurrency", Value: 8, Usage: "requests in flight to --endpoint"},
+	}
+}
+
+// endpointOf is the rollout source the flags name, nil for the local model.
+func endpointOf(c *cli.Command) pipeline.RolloutSource {
+	if c.String("endpoint") == "" {
+		return nil
+	}
+	return &server.Client{Endpoint: c.String("endpoint"), ModelName: c.String("endpoint-model"), APIKey: c.String("api-key"), Concurrency: c.Int("concurrency")}
+}

@@ -1,0 +1,304 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+
+	"github.com/confclip/confclip/dataset"
+)
+
+// The request and response bodies of the OpenAI API that the server speaks
+// and the client reads (https://platform.openai.com/docs/api-reference).
+// Fields the server does not use are not declared: encoding/json ignores
+// them, as OpenAI-compatible servers do.
+
+// sampling holds the request fields that completions and chat completions
+// share.
+type sampling struct {
+	Model       string          `json:"model"`
+	N           *int            `json:"n"`
+	Temperature *float64        `json:"temperature"`
+	TopP        *float64        `json:"top_p"`
+	TopK        *int            `json:"top_k"` // vLLM's and llama.cpp's extension
+	MinP        *float64        `json:"min_p"` // idem
+	MaxTokens   *int            `json:"max_tokens"`
+	Stop        json.RawMessage `json:"stop"` // a string or a list
+	Seed        *uint64         `json:"seed"`
+	Stream      bool            `json:"stream"`
+	// PromptID keys the random streams (seed, prompt id, sample) as a
+	// confclip rollout does; the client sends it so that the server's
+	// samples are those of a local rollout.
+	PromptID *string `json:"prompt_id"`
+	// ReturnTokensAsTokenIDs (vLLM's name) gives log-prob tokens as
+	// "token_id:N".
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
+	StreamOptions          *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+type completionRequest struct {
+	sampling
+	Prompt   json.RawMessage `json:"prompt"`
+	Logprobs *int            `json:"logprobs"`
+	Echo     bool            `json:"echo"`
+}
+
+type chatRequest struct {
+	sampling
+	Messages            []chatMessage `json:"messages"`
+	Logprobs            bool          `json:"logprobs"`
+	TopLogprobs         *int          `json:"top_logprobs"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"` // a string or a list of {type, text} parts
+}
+
+// apiError is an error response: its status and OpenAI's error object.
+type apiError struct {
+	Status  int    `json:"-"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Param   string `json:"param,omitempty"`
+	Code    string `json:"code,omitempty"`
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Status)
+	json.NewEncoder(w).Encode(map[string]any{"error": e})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// stops reads the stop field: a string, a list of strings, or null.
+func (s sampling) stops() ([]string, *apiError) {
+	if len(s.Stop) == 0 || string(s.Stop) == "null" {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(s.Stop, &one) == nil {
+		if one == "" {
+			return nil, badRequest("stop", "stop: an empty string")
+		}
+		return []string{one}, nil
+	}
+	var list []string
+	if err := json.Unmarshal(s.Stop, &list); err != nil {
+		return nil, badRequest("stop", "stop: want a string or a list of strings")
+	}
+	if len(list) > maxStops {
+		return nil, badRequest("stop", "stop: %d strings, at most %d", len(list), maxStops)
+	}
+	for _, x := range list {
+		if x == "" {
+			return nil, badRequest("stop", "stop: an empty string")
+		}
+	}
+	return list, nil
+}
+
+const (
+	maxStops    = 16
+	maxLogprobs = 20
+)
+
+// check validates the sampling fields against the server's limits.
+func (s sampling) check(o *Options) *apiError {
+	if s.N != nil && (*s.N < 1 || *s.N > o.MaxN) {
+		return badRequest("n", "n = %d: want 1..%d", *s.N, o.MaxN)
+	}
+	if t := s.Temperature; t != nil && !(*t >= 0 && *t <= 100) {
+		return badRequest("temperature", "temperature = %v: want 0 (greedy) or more", *t)
+	}
+	if p := s.TopP; p != nil && !(*p > 0 && *p <= 1) {
+		return badRequest("top_p", "top_p = %v: want a value in (0, 1]", *p)
+	}
+	if k := s.TopK; k != nil && *k < -1 {
+		return badRequest("top_k", "top_k = %d: want -1 or 0 (off) or more", *k)
+	}
+	if p := s.MinP; p != nil && !(*p >= 0 && *p <= 1) {
+		return badRequest("min_p", "min_p = %v: want a value in [0, 1]", *p)
+	}
+	if m := s.MaxTokens; m != nil && *m < 1 {
+		return badRequest("max_tokens", "max_tokens = %d: want 1 or more", *m)
+	}
+	return nil
+}
+
+// prompts reads a completions prompt: a string or a list of strings.
+func (r completionRequest) prompts() ([]string, *apiError) {
+	if len(r.Prompt) == 0 || string(r.Prompt) == "null" {
+		return nil, badRequest("prompt", "prompt is required")
+	}
+	var one string
+	if json.Unmarshal(r.Prompt, &one) == nil {
+		return []string{one}, nil
+	}
+	var list []string
+	if err := json.Unmarshal(r.Prompt, &list); err != nil {
+		return nil, badRequest("prompt", "prompt: want a string or a list of strings (token arrays are not supported)")
+	}
+	if len(list) == 0 {
+		return nil, badRequest("prompt", "prompt: an empty list")
+	}
+	return list, nil
+}
+
+// messages reads chat messages, whose content may be text parts.
+func (r chatRequest) messages() ([]dataset.Message, *apiError) {
+	if len(r.Messages) == 0 {
+		return nil, badRequest("messages", "messages: want at least one message")
+	}
+	out := make([]dataset.Message, len(r.Messages))
+	for i, m := range r.Messages {
+		if m.Role == "" {
+			return nil, badRequest("messages", "messages[%d]: no role", i)
+		}
+		var text string
+		if err := json.Unmarshal(m.Content, &text); err != nil {
+			var parts []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			}
+			if err := json.Unmarshal(m.Content, &parts); err != nil {
+				return nil, badRequest("messages", "messages[%d].content: want a string or a list of text parts", i)
+			}
+			var b strings.Builder
+			for _, p := range parts {
+				if p.Type != "text" {
+					return nil, badRequest("messages", "messages[%d].content: part of type %q: only text is supported", i, p.Type)
+				}
+				b.WriteString(p.Text)
+			}
+			text = b.String()
+		}
+		out[i] = dataset.Message{Role: m.Role, Content: text}
+	}
+	return out, nil
+}
+
+// decode reads a JSON body into v, telling a body over the limit (413) from
+// malformed JSON (400).
+func decode(r *http.Request, limit int64, v any) *apiError {
+	if r.Method != http.MethodPost {
+		return &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Message: r.Method + " " + r.URL.Path + ": want POST"}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, limit))
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+				Message: fmt.Sprintf("request body over %d bytes", limit)}
+		}
+		return badRequest("", "malformed JSON body: %v", err)
+	}
+	return nil
+}
+
+// Response bodies.
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type completionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float64            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+type completionChoice struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason string              `json:"finish_reason"`
+}
+
+type tokenLogprob struct {
+	Token       string         `json:"token"`
+	Logprob     float64        `json:"logprob"`
+	Bytes       []int          `json:"bytes"`
+	TopLogprobs []tokenLogprob `json:"top_logprobs,omitempty"`
+}
+
+type chatLogprobs struct {
+	Content []tokenLogprob `json:"content"`
+}
+
+type chatChoice struct {
+	Index        int           `json:"index"`
+	Message      *chatOut      `json:"message,omitempty"`
+	Delta        *chatOut      `json:"delta,omitempty"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+}
+
+type chatOut struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// pieces splits a completion into its tokens' text, by the record's
+// offsets (a token that ends inside a multi-byte character has the bytes
+// up to the next token's start); with ids, each piece is "token_id:N".
+func pieces(r *dataset.Rollout, ids bool) []string {
+	out := make([]string, len(r.Tokens))
+	for i := range r.Tokens {
+		if ids {
+			out[i] = fmt.Sprintf("token_id:%d", r.Tokens[i])
+			continue
+		}
+		if len(r.TokenOffsets) != len(r.Tokens) {
+			continue
+		}
+		end := len(r.Text)
+		if i+1 < len(r.TokenOffsets) {
+			end = r.TokenOffsets[i+1]
+		}
+		lo := min(r.TokenOffsets[i], len(r.Text))
+		out[i] = r.Text[lo:max(lo, min(end, len(r.Text)))]
+	}
+	return out
+}
+
+func finishReason(r *dataset.Rollout) string {
+	if r.Finish == dataset.FinishLength {
+		return "length"
+	}
+	return "stop"
+}
+
+// finite guards the JSON encoder, which refuses NaN and infinities: a
+// token of probability 0 under the model (possible after top-k at a high
+// temperature is not, but a -Inf logit is) gets the most negative float.
+func finite(x float64) float64 {
+	switch {
+	case math.IsNaN(x):
+		return 0
+	case math.IsInf(x, -1):
+		return -math.MaxFloat64
+	case math.IsInf(x, 1):
+		return math.MaxFloat64
+	}
+	return x
+}
