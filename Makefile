@@ -88,15 +88,16 @@ test: $(LIBS)
 # Pure-Go benchmarks run for the usual second each; the model benchmarks
 # (llama.cpp against C loops, batching, training against forward) a few
 # iterations, since each one is seconds long. Every benchmark prints its own
-# comparison and ratio.
-# The GGUF pre-check's fuzzing (every accepted input is loaded by llama.cpp
-# in a child process); issue 13 asks for at least 10 minutes.
+# comparison and ratio. Then the fuzz tests: the math verifier, and the GGUF
+# pre-check for GGUF_FUZZTIME (every input it accepts is loaded by llama.cpp
+# in a child process, which must not crash; minimising a new corpus entry is
+# kept short, since each try that passes the pre-check costs a child process).
 GGUF_FUZZTIME ?= 10m
 bench: $(LIBS)
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -fuzz FuzzPrecheckGGUF -fuzztime $(GGUF_FUZZTIME) ./llama
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -fuzz FuzzPrecheckGGUF -fuzztime $(GGUF_FUZZTIME) -fuzzminimizetime 5s ./llama
 
 # The demo: a synthetic word-problem task, a small model trained for it from
 # scratch with llama.cpp's training code (kept in build/demo: delete it to

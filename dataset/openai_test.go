@@ -79,3 +79,28 @@ func TestOpenAILegacyAndBatch(t *testing.T) {
 		t.Error("a rollout record taken for an OpenAI response")
 	}
 }
+
+// No line, however malformed, makes the readers panic.
+func FuzzOpenAILine(f *testing.F) {
+	f.Add([]byte(`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":[{"type":"text","text":"x"}]},"logprobs":{"content":[{"token":"x","logprob":-1,"bytes":[120]}]}}]}`))
+	f.Add([]byte(`{"custom_id":"a","response":{"status_code":200,"body":{"choices":[{"index":0,"text":"1","logprobs":{"tokens":["token_id:5"],"token_logprobs":[-0.5]}}]}}}`))
+	f.Add([]byte(`{"prompt_id":3,"answer":7,"prompt":[{"role":"user","content":"q"}],"response":{"choices":[]}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !IsOpenAILine(b) {
+			return
+		}
+		rec, err := ParseOpenAILine(b)
+		if err != nil {
+			return
+		}
+		ros, err := rec.Rollouts()
+		if err != nil {
+			return
+		}
+		for _, r := range ros {
+			if len(r.TokenOffsets) > 0 && len(r.TokenOffsets) != len(r.Logprobs) {
+				t.Fatalf("%d offsets for %d log-probs", len(r.TokenOffsets), len(r.Logprobs))
+			}
+		}
+	})
+}

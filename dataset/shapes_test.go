@@ -194,3 +194,35 @@ func TestReadPromptsNoAnswer(t *testing.T) {
 		t.Fatalf("%+v %v", pf, err)
 	}
 }
+
+// No record, whatever its fields and types, makes the prompt reader panic.
+func FuzzReadPrompts(f *testing.F) {
+	for _, s := range []string{
+		`{"prompt":[{"role":"user","content":"q"}],"reward_model":{"ground_truth":3},"extra_info":{"index":1}}`,
+		`{"question":"q","answer":"x #### 5"}`,
+		`{"problem":"p","solution":"\\boxed{\\frac{1}{2}}"}`,
+		`{"prompt":"p","completion":[{"role":"assistant","content":[{"type":"text","text":"a"}]}]}`,
+	} {
+		f.Add(s, "")
+	}
+	f.Add(`{"a":{"b":[1,{"c":2}]}}`, "prompt=a.b,answer=a.b.c:boxed")
+	f.Fuzz(func(t *testing.T, line, m string) {
+		fm, err := ParseFieldMap(m)
+		if err != nil {
+			return
+		}
+		path := filepath.Join(t.TempDir(), "p.jsonl")
+		if err := os.WriteFile(path, []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pf, err := ReadPrompts(path, fm, true)
+		if err != nil {
+			return
+		}
+		for _, p := range pf.Prompts {
+			if p.ID == "" || p.Prompt == "" && len(p.Messages) == 0 {
+				t.Fatalf("prompt %+v read without an id or a prompt", p)
+			}
+		}
+	})
+}

@@ -437,11 +437,12 @@ type keyRule struct {
 }
 
 var (
-	u32Only  = []uint32{ggufU32}
-	intElems = []uint32{ggufU32, ggufI32}
-	strOnly  = []uint32{ggufString}
-	f32Only  = []uint32{ggufF32}
-	boolOnly = []uint32{ggufBool}
+	u32Only   = []uint32{ggufU32}
+	intElems  = []uint32{ggufU32, ggufI32}
+	byteElems = []uint32{ggufU8, ggufI8}
+	strOnly   = []uint32{ggufString}
+	f32Only   = []uint32{ggufF32}
+	boolOnly  = []uint32{ggufBool}
 )
 
 // generalRules are keys outside the architecture's namespace that
@@ -453,9 +454,9 @@ var generalRules = map[string]keyRule{
 	"tokenizer.ggml.pre":                      {types: strOnly},
 	"tokenizer.ggml.tokens":                   {elems: strOnly},
 	"tokenizer.ggml.scores":                   {elems: f32Only},
-	"tokenizer.ggml.token_type":               {elems: []uint32{ggufI32}},
+	"tokenizer.ggml.token_type":               {elems: intElems}, // read as int32
 	"tokenizer.ggml.merges":                   {elems: strOnly},
-	"tokenizer.ggml.precompiled_charsmap":     {elems: []uint32{ggufU8, ggufI8}},
+	"tokenizer.ggml.precompiled_charsmap":     {elems: byteElems}, // read as bytes
 	"tokenizer.ggml.bos_token_id":             {types: u32Only},
 	"tokenizer.ggml.eos_token_id":             {types: u32Only},
 	"tokenizer.ggml.eot_token_id":             {types: u32Only},

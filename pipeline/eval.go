@@ -283,6 +283,7 @@ func generateAndScore(ctx context.Context, cfg Config, e *rollout.Engine, pf pro
 	so.Reward.FormatWeight = 0
 	so.Reward.Overlong = false
 	so.Advantage.Estimator = "none"
+	so.Advantage.Scale = "" // no advantages, nothing to scale
 	so.Advantage.MaskTruncated = false
 	if _, err := Score(ctx, so); err != nil {
 		// Say the user's prompt and line, not the generated file's.

@@ -124,29 +124,36 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 		}
 		arms = append(arms, a)
 	}
-	for _, arm := range arms {
-		ar := ArmResult{Arm: arm.Name}
-		var all [][]StepMetrics
-		for _, seed := range cfg.Experiment.Seeds {
+	// Seed-major order: an interrupted experiment holds whole pairs.
+	armRes := make([]ArmResult, len(arms))
+	all := make([][][]StepMetrics, len(arms))
+	before := "" // a finished run whose step-0 evaluation the others reuse
+	for _, seed := range cfg.Experiment.Seeds {
+		for ai, arm := range arms {
 			c := cfg
 			c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
 			c.Rollout.Seed, c.Train.Seed = seed, seed
 			c.Run.Out = filepath.Join(cfg.Run.Out, arm.Name, fmt.Sprintf("seed-%d", seed))
 			_, statErr := os.Stat(filepath.Join(c.Run.Out, RunConfigFile))
 			fmt.Fprintf(log, "== %s, seed %d -> %s\n", arm.Name, seed, c.Run.Out)
-			r, err := Run(ctx, RunOptions{Config: c, Resume: statErr == nil, Log: log})
+			r, err := Run(ctx, RunOptions{Config: c, Resume: statErr == nil, Log: log, BeforeFrom: before})
 			if err != nil {
 				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
 			}
+			before = c.Run.Out
 			sr, err := seedResult(seed, r, c.Run.Steps)
 			if err != nil {
 				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
 			}
-			ar.Seeds = append(ar.Seeds, sr)
-			all = append(all, r.Rows)
+			armRes[ai].Arm = arm.Name
+			armRes[ai].Seeds = append(armRes[ai].Seeds, sr)
+			all[ai] = append(all[ai], r.Rows)
 		}
+	}
+	for ai := range arms {
+		ar := armRes[ai]
 		ar.summarise()
-		ar.Rows = averageRows(all)
+		ar.Rows = averageRows(all[ai])
 		res.Arms = append(res.Arms, ar)
 	}
 	res.Table = ExperimentTable(res.Arms, len(cfg.Experiment.Seeds)) + "\n" + PairedTable(res.Arms)

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"maps"
 	"testing"
 )
 
@@ -44,4 +45,47 @@ func TestRLLearnsFormat(t *testing.T) {
 		t.Fatalf("batch reward %.3f -> %.3f: never reached %.1f in %d steps", first.MeanReward, res.Rows[len(res.Rows)-1].MeanReward, target, steps)
 	}
 	t.Logf("batch reward %.3f at step 1 reached %.1f at step %d", first.MeanReward, target, reached)
+}
+
+// TestRunBeforeFrom: an experiment's runs share their evaluation before
+// training. Evaluating again with another adapter seed gives the same
+// verdicts (a new adapter has B = 0, so it changes no logit), which is what
+// makes reusing it right; a reused evaluation brings its files along.
+func TestRunBeforeFrom(t *testing.T) {
+	cfg := runFixture(t)
+	cfg.Run.Steps, cfg.Run.EvalEvery = 1, 1
+	first := cfg
+	first.Run.Out = cfg.Run.Out + "-a"
+	if _, err := Run(context.Background(), RunOptions{Config: first}); err != nil {
+		t.Fatal(err)
+	}
+	again := cfg
+	again.Run.Out, again.Train.Seed = cfg.Run.Out+"-b", 99
+	if _, err := Run(context.Background(), RunOptions{Config: again}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := EvalVerdicts(first.Run.Out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := EvalVerdicts(again.Run.Out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(a, b) {
+		t.Fatalf("step-0 verdicts differ between adapter seeds: %v and %v", a, b)
+	}
+	reuse := cfg
+	reuse.Run.Out = cfg.Run.Out + "-c"
+	res, err := Run(context.Background(), RunOptions{Config: reuse, BeforeFrom: first.Run.Out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := EvalVerdicts(reuse.Run.Out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(a, c) || res.Before == nil || res.Rows[0].EvalAccuracy == nil {
+		t.Fatalf("reused step 0: verdicts %v (want %v), before %+v", c, a, res.Before)
+	}
 }

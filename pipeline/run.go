@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -55,6 +56,12 @@ type RunOptions struct {
 	// StopAfter, when > 0, stops (as if killed) after that many steps of
 	// this invocation; tests use it to check resumption.
 	StopAfter int
+	// BeforeFrom, when set, is a finished run folder whose evaluation
+	// before training (step 0) this run reuses instead of repeating it:
+	// an experiment's runs share the model, the held-out prompts and the
+	// greedy settings, and a new adapter (B = 0) changes no logit, so
+	// every run's step 0 is the same. Ignored with model.adapter set.
+	BeforeFrom string
 }
 
 // RunResult is what a run ended with.
@@ -179,7 +186,10 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		return &r, nil
 	}
 	if start == 0 && greedy != nil {
-		ev, err := evaluate(0)
+		ev, err := reuseBefore(o.BeforeFrom, dir, cfg)
+		if ev == nil && err == nil {
+			ev, err = evaluate(0)
+		}
 		if err != nil {
 			return res, err
 		}
@@ -253,6 +263,44 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	}
 	res.Before, res.After = evalAt(dir, res.Rows, 0), evalAt(dir, res.Rows, cfg.Run.Steps)
 	return res, nil
+}
+
+// reuseBefore copies the step-0 evaluation of the run folder from into dir
+// and returns its result; nil when there is nothing to reuse.
+func reuseBefore(from, dir string, cfg Config) (*EvalResult, error) {
+	if from == "" || cfg.Model.Adapter != "" {
+		return nil, nil
+	}
+	rows, err := ReadMetrics(filepath.Join(from, MetricsJSONL))
+	if err != nil || len(rows) == 0 || rows[0].Step != 0 || rows[0].EvalAccuracy == nil {
+		return nil, nil
+	}
+	src := filepath.Join(from, "steps", "0000", "eval")
+	dst := filepath.Join(dir, "steps", "0000", "eval")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return nil, nil
+	}
+	for _, e := range ents {
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if err := WriteFileAtomic(filepath.Join(dst, e.Name()), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+			return nil, err
+		}
+	}
+	ev := &EvalResult{Accuracy: *rows[0].EvalAccuracy}
+	if rows[0].EvalMeanTokens != nil {
+		ev.MeanTokens = *rows[0].EvalMeanTokens
+	}
+	return ev, nil
 }
 
 // ErrStopped is returned when RunOptions.StopAfter ended a run early.

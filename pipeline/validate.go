@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/confclip/confclip/confclip"
+	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/train"
 	"github.com/confclip/confclip/verifiers"
 )
@@ -62,6 +63,10 @@ func (c Config) Validate() error {
 	atLeast("model.gpu_layers", m.GPULayers, -1, "want -1 (all), 0 (none) or a number of layers")
 	atLeast("model.threads", m.Threads, 0, "want 0 (every core) or a number of threads")
 	atLeast("model.ctx", m.Ctx, 1, "want a context size of at least 1 token")
+
+	if _, err := dataset.ParseFieldMap(c.Data.Map); err != nil {
+		bad("data.map", "%v", err)
+	}
 
 	r := c.Rollout
 	atLeast("rollout.group", r.Group, 1, "want at least 1 completion per prompt")

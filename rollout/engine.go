@@ -120,6 +120,10 @@ type Engine struct {
 	stops   [][]byte
 	adapter *llama.Adapter
 	scale   float32
+	// smpBy holds the samplers of Serve requests' own sampling settings.
+	smpBy map[sampler.Params][]*sampler.Sampler
+	// progress, set by Serve, sees each sequence after each token it keeps.
+	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64)
 }
 
 // NewEngine makes an engine for m. With Options.NCtx set the context is
@@ -255,6 +259,12 @@ type group struct {
 	admitted int // samples given a sequence so far
 	done     int
 	recs     []dataset.Rollout
+	// The group's settings: the engine's, or a Serve request's own.
+	n         int // samples (G)
+	maxTokens int
+	seed      uint64
+	stops     [][]byte
+	smps      []*sampler.Sampler // one per sampling goroutine
 }
 
 // sequence is one completion being generated in a slot (a KV sequence id).
@@ -308,7 +318,8 @@ func (e *Engine) prepare(prompts []dataset.Prompt, st *Stats) []*group {
 			bad("the prompt has no tokens")
 			continue
 		}
-		gs = append(gs, &group{index: i, p: p, rendered: text, toks: toks, recs: make([]dataset.Rollout, e.o.Group)})
+		gs = append(gs, &group{index: i, p: p, rendered: text, toks: toks, recs: make([]dataset.Rollout, e.o.Group),
+			n: e.o.Group, maxTokens: e.o.MaxTokens, seed: e.o.Seed, stops: e.stops, smps: e.smps})
 	}
 	return gs
 }
@@ -376,7 +387,7 @@ func (e *Engine) Generate(ctx context.Context, prompts []dataset.Prompt, emit fu
 	}
 	gs := all[:0]
 	for _, g := range all {
-		if n := len(g.toks) + e.o.MaxTokens; n > limit {
+		if n := len(g.toks) + g.maxTokens; n > limit {
 			st.Errors = append(st.Errors, RecordError{Index: g.index, ID: g.p.ID, Reason: fmt.Sprintf(
 				"prompt of %d tokens + %d max tokens does not fit the %d-token context of one sequence", len(g.toks), e.o.MaxTokens, limit)})
 			continue
@@ -405,7 +416,7 @@ func (e *Engine) Generate(ctx context.Context, prompts []dataset.Prompt, emit fu
 // that arrived since (Serve): it is asked without waiting before each step,
 // and, waiting, when nothing is left to decode; nil then ends the loop.
 func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit func([]dataset.Rollout) error, feed func(wait bool) []*group) error {
-	c, b, G := e.ctx, e.batch, e.o.Group
+	c, b := e.ctx, e.batch
 	c.ClearKV()
 	slots := make([]*sequence, e.o.Parallel)
 	free := make([]int, 0, e.o.Parallel)
@@ -429,7 +440,7 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 		// sequences as possible.
 		for len(waiting) > 0 {
 			g := waiting[0]
-			n := min(G-g.admitted, e.o.Parallel)
+			n := min(g.n-g.admitted, e.o.Parallel)
 			if len(free) < n {
 				break
 			}
@@ -438,14 +449,14 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 				s := free[len(free)-1]
 				free = free[:len(free)-1]
 				slots[s] = &sequence{
-					g: g, sample: g.admitted, rng: sampler.NewRNG(e.o.Seed, g.p.ID, g.admitted),
-					pos: len(g.toks), text: newTextBuilder(e.stops),
+					g: g, sample: g.admitted, rng: sampler.NewRNG(g.seed, g.p.ID, g.admitted),
+					pos: len(g.toks), text: newTextBuilder(g.stops),
 				}
 				pf.seqs = append(pf.seqs, s)
 				g.admitted++
 			}
 			prefills = append(prefills, pf)
-			if g.admitted == G {
+			if g.admitted == g.n {
 				waiting = waiting[1:]
 			}
 		}
@@ -549,8 +560,9 @@ func (e *Engine) sampleAll(c *llama.Context, slots []*sequence, draws []draw) er
 		}
 		draws[k].logits = l
 	}
-	one := func(smp *sampler.Sampler, d *draw) error {
+	one := func(w int, d *draw) error {
 		q := slots[d.slot]
+		smp := q.g.smps[w]
 		ch, err := smp.Sample(d.logits, q.rng)
 		if err != nil {
 			return fmt.Errorf("prompt %q sample %d, token %d: %w", q.g.p.ID, q.sample, len(q.toks)+1, err)
@@ -561,7 +573,7 @@ func (e *Engine) sampleAll(c *llama.Context, slots []*sequence, draws []draw) er
 	workers := min(len(e.smps), len(draws), len(draws)*e.m.NVocab()/parallelSampleWork)
 	if workers <= 1 {
 		for k := range draws {
-			if err := one(e.smps[0], &draws[k]); err != nil {
+			if err := one(0, &draws[k]); err != nil {
 				return err
 			}
 		}
@@ -572,7 +584,7 @@ func (e *Engine) sampleAll(c *llama.Context, slots []*sequence, draws []draw) er
 	for w := range workers {
 		wg.Go(func() {
 			for k := w; k < len(draws); k += workers {
-				if err := one(e.smps[w], &draws[k]); err != nil {
+				if err := one(w, &draws[k]); err != nil {
 					errs[w] = err
 					return
 				}
@@ -609,11 +621,14 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 		keep := q.text.cutAt(stopAt)
 		q.toks, q.lp, q.slp, q.ent = q.toks[:keep], q.lp[:keep], q.slp[:keep], q.ent[:keep]
 		finish = dataset.FinishStop
-	case len(q.toks) >= e.o.MaxTokens:
+	case len(q.toks) >= q.g.maxTokens:
 		finish = dataset.FinishLength
 	}
 	if finish == "" {
 		q.next = ch.Token
+		if e.progress != nil {
+			e.progress(q.g.p, q.sample, q.text.raw, q.text.offsets, q.lp)
+		}
 		return nil
 	}
 
@@ -625,7 +640,7 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	text, offsets := q.text.finish()
 	rec := dataset.Rollout{
 		Schema: dataset.SchemaRollout, PromptID: g.p.ID, Prompt: g.rendered, Answer: g.p.Answer, Verifier: g.p.Verifier,
-		Sample: q.sample, Seed: e.o.Seed, PromptTokens: g.toks, Tokens: q.toks, Text: text,
+		Sample: q.sample, Seed: g.seed, PromptTokens: g.toks, Tokens: q.toks, Text: text,
 		Logprobs: q.lp, SamplingLogprobs: q.slp, Entropies: q.ent, Finish: finish, TokenOffsets: offsets,
 	}
 	if !e.o.NoTiming {
@@ -633,7 +648,7 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	}
 	g.recs[q.sample] = rec
 	g.done++
-	if g.done < e.o.Group {
+	if g.done < g.n {
 		return nil
 	}
 	st.Groups++

@@ -7,20 +7,42 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/sampler"
 )
 
+// Request is a prompt for Serve, with its own settings when Options is set:
+// its Group, MaxTokens, Sampling, Seed and Stop replace the engine's for
+// this prompt (the other options shape the context and stay the engine's).
+// A prompt's samples depend on its settings, its id and the model only, not
+// on the requests beside it (up to the rounding the package comment
+// describes).
+type Request struct {
+	Prompt  dataset.Prompt
+	Options *Options
+}
+
 // Serve is Generate for prompts that keep arriving (confclip serve): before
-// each decode step it asks next for the prompts handed in since, without
-// waiting, and admits them into the running batch as slots free up; when
-// nothing is left to decode it asks again, waiting, and returns when next
-// gives nil then. Each group goes to emit when done, as in Generate; a
-// prompt the engine cannot take (too long for a sequence's context, no
-// tokens) goes to reject with the reason, and the others go on.
+// each decode step it asks next for the requests handed in since, without
+// waiting, and admits them into the running batch as slots free up, whatever
+// their settings; when nothing is left to decode it asks again, waiting, and
+// returns when next gives nil then. Each group goes to emit when done, as in
+// Generate; a prompt the engine cannot take (too long for a sequence's
+// context, no tokens, bad settings) goes to reject with the reason, and the
+// others go on.
+//
+// progress, when set, is called after each token a sequence keeps (not its
+// last) with the completion's bytes so far, each token's offset in them and
+// the log-probs; the slices are the engine's, valid during the call only.
+// A stop string may still cut the last bytes (as many as the longest stop
+// string less one); the text is not yet made valid UTF-8 (finish does).
 //
 // The engine must have a fixed context (Options.NCtx): a sequence may use
 // NCtx/Parallel tokens, prompt and completion.
-func (e *Engine) Serve(ctx context.Context, next func(wait bool) []dataset.Prompt, emit func([]dataset.Rollout) error,
-	reject func(p *dataset.Prompt, reason string)) (Stats, error) {
+func (e *Engine) Serve(ctx context.Context, next func(wait bool) []Request, emit func([]dataset.Rollout) error,
+	reject func(p *dataset.Prompt, reason string),
+	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64)) (Stats, error) {
+	e.progress = progress
+	defer func() { e.progress = nil }()
 	start := time.Now()
 	var st Stats
 	if e.o.NCtx == 0 || e.ctx == nil {
@@ -29,9 +51,13 @@ func (e *Engine) Serve(ctx context.Context, next func(wait bool) []dataset.Promp
 	limit := e.o.NCtx / e.o.Parallel
 	feed := func(wait bool) []*group {
 		for {
-			ps := next(wait)
-			if ps == nil {
+			reqs := next(wait)
+			if reqs == nil {
 				return nil
+			}
+			ps := make([]dataset.Prompt, len(reqs))
+			for i := range reqs {
+				ps[i] = reqs[i].Prompt
 			}
 			var local Stats
 			gs := e.prepare(ps, &local)
@@ -40,8 +66,14 @@ func (e *Engine) Serve(ctx context.Context, next func(wait bool) []dataset.Promp
 			}
 			kept := gs[:0]
 			for _, g := range gs {
-				if n := len(g.toks) + e.o.MaxTokens; n > limit {
-					reject(g.p, fmt.Sprintf("prompt of %d tokens + %d max tokens does not fit the %d-token context of one sequence", len(g.toks), e.o.MaxTokens, limit))
+				if o := reqs[g.index].Options; o != nil {
+					if err := e.setGroupOptions(g, *o); err != nil {
+						reject(g.p, err.Error())
+						continue
+					}
+				}
+				if n := len(g.toks) + g.maxTokens; n > limit {
+					reject(g.p, fmt.Sprintf("prompt of %d tokens + %d max tokens does not fit the %d-token context of one sequence", len(g.toks), g.maxTokens, limit))
 					continue
 				}
 				kept = append(kept, g)
@@ -55,6 +87,61 @@ func (e *Engine) Serve(ctx context.Context, next func(wait bool) []dataset.Promp
 	st.Elapsed = time.Since(start)
 	return st, err
 }
+
+// setGroupOptions gives a group a request's own settings.
+func (e *Engine) setGroupOptions(g *group, o Options) error {
+	switch {
+	case o.Group < 1:
+		return fmt.Errorf("group %d: want >= 1", o.Group)
+	case o.MaxTokens < 1:
+		return fmt.Errorf("max tokens %d: want >= 1", o.MaxTokens)
+	}
+	if err := o.Sampling.Validate(); err != nil {
+		return err
+	}
+	var stops [][]byte
+	for _, s := range o.Stop {
+		if s == "" {
+			return errors.New("empty stop string")
+		}
+		stops = append(stops, []byte(s))
+	}
+	smps, err := e.samplersFor(o.Sampling)
+	if err != nil {
+		return err
+	}
+	g.n, g.maxTokens, g.seed, g.stops, g.smps = o.Group, o.MaxTokens, o.Seed, stops, smps
+	g.recs = make([]dataset.Rollout, o.Group)
+	return nil
+}
+
+// samplersFor returns one sampler per sampling goroutine for p, made once
+// (a bounded number of settings is kept).
+func (e *Engine) samplersFor(p sampler.Params) ([]*sampler.Sampler, error) {
+	if p == e.o.Sampling {
+		return e.smps, nil
+	}
+	if s, ok := e.smpBy[p]; ok {
+		return s, nil
+	}
+	if e.smpBy == nil || len(e.smpBy) >= maxSamplerSets {
+		e.smpBy = map[sampler.Params][]*sampler.Sampler{} // groups keep theirs
+	}
+	smps := make([]*sampler.Sampler, len(e.smps))
+	for i := range smps {
+		s, err := sampler.New(p)
+		if err != nil {
+			return nil, err
+		}
+		smps[i] = s
+	}
+	e.smpBy[p] = smps
+	return smps, nil
+}
+
+// maxSamplerSets bounds the sampling settings whose samplers (and their
+// vocabulary-sized scratch buffers) Serve keeps between requests.
+const maxSamplerSets = 16
 
 // SeqLimit is the most tokens, prompt and completion, one sequence may use:
 // NCtx/Parallel with a fixed context, else the per-sequence bound.

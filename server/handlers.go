@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/rollout"
 )
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
@@ -94,15 +95,7 @@ func chatLogprobsOf(r *dataset.Rollout, ids bool, top, lo, hi int) *chatLogprobs
 	ps := pieces(r, ids)
 	out := &chatLogprobs{Content: []tokenLogprob{}}
 	for i := lo; i < hi; i++ {
-		b := make([]int, len(ps[i]))
-		for k := range len(ps[i]) {
-			b[k] = int(ps[i][k])
-		}
-		t := tokenLogprob{Token: ps[i], Logprob: finite(r.Logprobs[i]), Bytes: b}
-		if top > 0 {
-			t.TopLogprobs = []tokenLogprob{{Token: ps[i], Logprob: t.Logprob, Bytes: b}}
-		}
-		out.Content = append(out.Content, t)
+		out.Content = append(out.Content, tokenEntry(ps[i], []byte(ps[i]), r.Logprobs[i], top))
 	}
 	return out
 }
@@ -141,14 +134,36 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 		flusher = f
 	}
-	groups, e := s.submit(r.Context(), opts, []dataset.Prompt{{ID: id, Messages: msgs}})
+	prompt := dataset.Prompt{ID: id, Messages: msgs}
+	cid := "chatcmpl-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	created := time.Now().Unix()
+	if req.Stream {
+		if req.ReturnTokensAsTokenIDs {
+			writeError(w, badRequest("return_tokens_as_token_ids", "return_tokens_as_token_ids is not supported with stream"))
+			return
+		}
+		s.streamChat(w, r, req, opts, prompt, top, cid, created, flusher)
+		return
+	}
+	groups, e := s.submit(r.Context(), opts, []dataset.Prompt{prompt})
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	g := groups[0]
-	cid := "chatcmpl-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	created := time.Now().Unix()
+	choices := make([]chatChoice, len(g))
+	for i := range g {
+		rec := &g[i]
+		text, fin := rec.Text, finishReason(rec)
+		choices[i] = chatChoice{Index: rec.Sample, Message: &chatOut{Role: "assistant", Content: &text}, FinishReason: &fin}
+		if req.Logprobs {
+			choices[i].Logprobs = chatLogprobsOf(rec, req.ReturnTokensAsTokenIDs, top, 0, len(rec.Tokens))
+		}
+	}
+	writeJSON(w, map[string]any{"id": cid, "object": "chat.completion", "created": created, "model": s.o.ModelID, "choices": choices, "usage": usageOf(g)})
+}
+
+func usageOf(g []dataset.Rollout) usage {
 	var u usage
 	if len(g) > 0 {
 		u.PromptTokens = len(g[0].PromptTokens)
@@ -157,75 +172,121 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		u.CompletionTokens += len(rec.Tokens)
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	if !req.Stream {
-		choices := make([]chatChoice, len(g))
-		for i := range g {
-			rec := &g[i]
-			text, fin := rec.Text, finishReason(rec)
-			choices[i] = chatChoice{Index: rec.Sample, Message: &chatOut{Role: "assistant", Content: &text}, FinishReason: &fin}
-			if req.Logprobs {
-				choices[i].Logprobs = chatLogprobsOf(rec, req.ReturnTokensAsTokenIDs, top, 0, len(rec.Tokens))
-			}
-		}
-		writeJSON(w, map[string]any{"id": cid, "object": "chat.completion", "created": created, "model": s.o.ModelID, "choices": choices, "usage": u})
+	return u
+}
+
+// streamChat answers with server-sent events as the completions are
+// generated: each sample's role, then its text in deltas of whole
+// characters (with their tokens' log-probs when asked), held back only
+// where a stop string could still cut it, then each finish reason, the
+// usage when asked, and [DONE]. The status and headers wait for the first
+// token, so that a prompt the engine refuses still gets its 400.
+func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req chatRequest, opts rollout.Options, prompt dataset.Prompt,
+	top int, cid string, created int64, flusher http.Flusher) {
+	st := newStream(opts.Stop)
+	jobs, e := s.enqueue(r.Context(), opts, []dataset.Prompt{prompt}, st)
+	if e != nil {
+		writeError(w, e)
 		return
 	}
-	// Server-sent events: the role, then one chunk per token of each
-	// choice, then each choice's finish reason, then [DONE]. The chunks are
-	// sent when the completion is done: the engine hands over whole groups.
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	send := func(choices []chatChoice, u *usage) bool {
+	n := opts.Group
+	started, broken := false, false
+	var send func(choices []chatChoice, u *usage)
+	send = func(choices []chatChoice, u *usage) {
+		if broken {
+			return
+		}
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.WriteHeader(http.StatusOK)
+			empty := ""
+			for i := range n {
+				send([]chatChoice{{Index: i, Delta: &chatOut{Role: "assistant", Content: &empty}}}, nil)
+			}
+		}
 		chunk := map[string]any{"id": cid, "object": "chat.completion.chunk", "created": created, "model": s.o.ModelID, "choices": choices}
 		if u != nil {
 			chunk["usage"] = u
 		}
 		b, _ := json.Marshal(chunk)
 		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
+			broken = true // the client left; the job still ends in the engine
+			return
 		}
 		flusher.Flush()
-		return true
 	}
-	for i := range g {
-		rec := &g[i]
-		empty := ""
-		if !send([]chatChoice{{Index: rec.Sample, Delta: &chatOut{Role: "assistant", Content: &empty}}}, nil) {
-			return
+	sendDeltas := func() {
+		for _, d := range st.take(n) {
+			text := d.text
+			c := chatChoice{Index: d.sample, Delta: &chatOut{Content: &text}}
+			if req.Logprobs && len(d.pieces) > 0 {
+				lp := &chatLogprobs{Content: []tokenLogprob{}}
+				for k, p := range d.pieces {
+					lp.Content = append(lp.Content, tokenEntry(string(p), []byte(p), d.lps[k], top))
+				}
+				c.Logprobs = lp
+			}
+			send([]chatChoice{c}, nil)
 		}
-		ps := pieces(rec, false)
-		// A token may end inside a character: its bytes wait for the
-		// next token's, so that every delta is whole characters.
-		var pending []byte
-		for t := range rec.Tokens {
-			pending = append(pending, ps[t]...)
-			n := completeUTF8(pending)
-			if t == len(rec.Tokens)-1 {
-				n = len(pending)
-			}
-			piece := string(pending[:n])
-			pending = append(pending[:0], pending[n:]...)
-			c := chatChoice{Index: rec.Sample, Delta: &chatOut{Content: &piece}}
+	}
+	var res jobResult
+wait:
+	for {
+		select {
+		case <-st.notify:
+			sendDeltas()
+		case res = <-jobs[0].done:
+			break wait
+		}
+	}
+	if res.err != nil {
+		if !started {
+			writeError(w, res.err)
+		} else {
+			b, _ := json.Marshal(map[string]any{"error": res.err})
+			fmt.Fprintf(w, "data: %s\n\n", b)
+		}
+		return
+	}
+	sendDeltas()
+	for i := range res.recs {
+		rec := &res.recs[i]
+		sentText, sentTokens := st.sentSoFar(rec.Sample)
+		rest := rec.Text[min(sentText, len(rec.Text)):]
+		if rest != "" || sentTokens < len(rec.Tokens) {
+			c := chatChoice{Index: rec.Sample, Delta: &chatOut{Content: &rest}}
 			if req.Logprobs {
-				c.Logprobs = chatLogprobsOf(rec, req.ReturnTokensAsTokenIDs, top, t, t+1)
+				c.Logprobs = chatLogprobsOf(rec, false, top, min(sentTokens, len(rec.Tokens)), len(rec.Tokens))
 			}
-			if !send([]chatChoice{c}, nil) {
-				return
-			}
+			send([]chatChoice{c}, nil)
 		}
 		fin := finishReason(rec)
-		if !send([]chatChoice{{Index: rec.Sample, Delta: &chatOut{}, FinishReason: &fin}}, nil) {
-			return
-		}
+		send([]chatChoice{{Index: rec.Sample, Delta: &chatOut{}, FinishReason: &fin}}, nil)
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		if !send([]chatChoice{}, &u) {
-			return
-		}
+		u := usageOf(res.recs)
+		send([]chatChoice{}, &u)
 	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	flusher.Flush()
+	if !broken {
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		flusher.Flush()
+	}
+}
+
+// tokenEntry is one token's chat log-prob entry; the engine keeps no
+// alternatives, so top_logprobs hold the token itself.
+func tokenEntry(token string, piece []byte, lp float64, top int) tokenLogprob {
+	b := make([]int, len(piece))
+	for k := range piece {
+		b[k] = int(piece[k])
+	}
+	t := tokenLogprob{Token: token, Logprob: finite(lp), Bytes: b}
+	if top > 0 {
+		t.TopLogprobs = []tokenLogprob{{Token: token, Logprob: t.Logprob, Bytes: b}}
+	}
+	return t
 }
 
 // completeUTF8 is the length of b's prefix that ends on a character

@@ -5,11 +5,9 @@
 //
 // Requests are batched continuously: one engine runs (rollout.Engine.Serve)
 // and takes each request's prompt into the running batch as soon as it
-// arrives and a sequence slot is free. Requests whose sampling settings
-// differ from the running batch's (temperature, top_p, top_k, min_p,
-// max_tokens, stop, seed, n) wait until it drains, which it does once such a
-// request has waited Options.SwitchAfter; requests with the same settings
-// share the batch.
+// arrives and a sequence slot is free, with the request's own settings
+// (n, max_tokens, temperature, top_p, top_k, min_p, stop, seed). Only an
+// adapter switch drains the batch.
 package server
 
 import (
@@ -46,10 +44,6 @@ type Options struct {
 	MaxRequests int
 	// MaxN bounds n; 0 = 64.
 	MaxN int
-	// SwitchAfter is how long a request whose settings differ from the
-	// running batch's waits before the batch stops taking new requests;
-	// 0 = 200ms.
-	SwitchAfter time.Duration
 	// AdapterDir, when set, lets POST /v1/adapters load a LoRA adapter
 	// (GGUF) from this folder; unset, the endpoint answers 403.
 	AdapterDir string
@@ -71,22 +65,22 @@ type Server struct {
 	closing bool
 	done    chan struct{}
 	eng     *rollout.Engine
-	engKey  string
 
 	inflight atomic.Int64
 	nextID   atomic.Uint64
+	streams  atomic.Int64 // streamed jobs queued or running
 }
 
 // job is one prompt of a request (a request with several prompts makes
 // several jobs).
 type job struct {
-	key    string // the engine settings, as text
-	opts   rollout.Options
+	opts   rollout.Options // the request's settings (Group, MaxTokens, Sampling, Seed, Stop)
 	prompt dataset.Prompt
 	token  string // routes the engine's group back (carried in Answer)
 	enq    time.Time
 	ctx    context.Context
 	done   chan jobResult // buffered, 1
+	stream *stream        // a streamed request's text so far, else nil
 }
 
 type jobResult struct {
@@ -107,9 +101,6 @@ func New(m *pipeline.Model, o Options) (*Server, error) {
 	}
 	if o.MaxN == 0 {
 		o.MaxN = 64
-	}
-	if o.SwitchAfter == 0 {
-		o.SwitchAfter = 200 * time.Millisecond
 	}
 	if o.Config.Rollout.Parallel == 0 {
 		o.Config.Rollout.Parallel = 16
@@ -235,8 +226,8 @@ func (s *Server) adapters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"adapter": path})
 }
 
-// loop runs the engine for the oldest queued request's settings, and any
-// control operation (an adapter switch) between batches.
+// loop runs the engine while there are requests, and any control
+// operation (an adapter switch) between batches.
 func (s *Server) loop() {
 	defer close(s.done)
 	for {
@@ -255,56 +246,52 @@ func (s *Server) loop() {
 			s.mu.Unlock()
 			return
 		}
-		first := s.queue[0]
 		s.mu.Unlock()
-		if err := s.serve(first.key, first.opts); err != nil {
-			s.failRunning(&apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: err.Error()})
+		if err := s.serve(); err != nil {
+			s.failAll(&apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: err.Error()})
 		}
 	}
 }
 
-// serve runs the engine for one set of settings until no request with them
-// is left, or others have waited long enough.
-func (s *Server) serve(key string, opts rollout.Options) error {
-	if s.eng == nil || s.engKey != key {
-		if s.eng != nil {
-			s.m.ReleaseEngine(s.eng)
-			s.eng = nil
-		}
-		opts.NCtx = opts.Parallel * s.seqCtx
-		e, err := s.m.NewEngine(opts)
+// serve runs the engine until no request is left and an adapter switch
+// waits or the server closes.
+func (s *Server) serve() error {
+	if s.eng == nil {
+		cfg := s.o.Config
+		cfg.Rollout.Chat = false // chat requests come as messages
+		o := pipeline.EngineOptions(cfg)
+		o.Parallel = max(cfg.Rollout.Parallel, 1)
+		o.NCtx = o.Parallel * s.seqCtx
+		o.NoTiming = true
+		e, err := s.m.NewEngine(o)
 		if err != nil {
-			s.failKey(key, &apiError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: err.Error()})
-			return nil
+			return err
 		}
-		s.eng, s.engKey = e, key
+		s.eng = e
 	}
-	next := func(wait bool) []dataset.Prompt {
+	next := func(wait bool) []rollout.Request {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for {
-			var ps []dataset.Prompt
-			if !s.switchDue(key) {
-				kept := s.queue[:0]
+			var reqs []rollout.Request
+			if len(s.ctrl) == 0 { // an adapter switch drains the batch first
 				for _, j := range s.queue {
-					switch {
-					case j.key != key:
-						kept = append(kept, j)
-					case j.ctx.Err() != nil: // the client left before it started
-						j.done <- jobResult{err: &apiError{Status: 499, Type: "invalid_request_error", Message: "request cancelled"}}
-					default:
-						s.running[j.token] = j
-						ps = append(ps, j.prompt)
+					if j.ctx.Err() != nil { // the client left before it started
+						s.end(j, jobResult{err: &apiError{Status: 499, Type: "invalid_request_error", Message: "request cancelled"}})
+						continue
 					}
+					s.running[j.token] = j
+					o := j.opts
+					reqs = append(reqs, rollout.Request{Prompt: j.prompt, Options: &o})
 				}
-				clear(s.queue[len(kept):])
-				s.queue = kept
+				clear(s.queue)
+				s.queue = s.queue[:0]
 			}
-			if len(ps) > 0 || !wait {
-				return ps
+			if len(reqs) > 0 || !wait {
+				return reqs
 			}
-			if len(s.running) == 0 && (len(s.queue) > 0 || len(s.ctrl) > 0 || s.closing) {
-				return nil // drained: let the loop switch, or stop
+			if len(s.running) == 0 && (len(s.ctrl) > 0 || s.closing) {
+				return nil // drained: let the loop switch the adapter, or stop
 			}
 			s.wake.Wait()
 		}
@@ -316,7 +303,18 @@ func (s *Server) serve(key string, opts rollout.Options) error {
 	reject := func(p *dataset.Prompt, reason string) {
 		s.finish(p.Answer, jobResult{err: badRequest("", "%s", reason)})
 	}
-	_, err := s.eng.Serve(context.Background(), next, emit, reject)
+	progress := func(p *dataset.Prompt, sample int, raw []byte, offsets []int, lps []float64) {
+		if s.streams.Load() == 0 {
+			return
+		}
+		s.mu.Lock()
+		j := s.running[p.Answer]
+		s.mu.Unlock()
+		if j != nil && j.stream != nil {
+			j.stream.update(sample, raw, offsets, lps)
+		}
+	}
+	_, err := s.eng.Serve(context.Background(), next, emit, reject, progress)
 	if err != nil {
 		// A failed decode leaves the context in an unknown state.
 		s.m.ReleaseEngine(s.eng)
@@ -325,60 +323,55 @@ func (s *Server) serve(key string, opts rollout.Options) error {
 	return err
 }
 
-// switchDue reports whether the running batch should stop taking requests:
-// an adapter switch waits, or a request with other settings has waited
-// SwitchAfter. Called with mu held.
-func (s *Server) switchDue(key string) bool {
-	if len(s.ctrl) > 0 {
-		return true
-	}
-	for _, j := range s.queue {
-		if j.key != key {
-			return time.Since(j.enq) >= s.o.SwitchAfter
-		}
-	}
-	return false
-}
-
 func (s *Server) finish(token string, r jobResult) {
+	for k := range r.recs {
+		r.recs[k].Answer = ""
+	}
 	s.mu.Lock()
 	j := s.running[token]
 	delete(s.running, token)
 	s.wake.Broadcast()
 	s.mu.Unlock()
 	if j != nil {
-		j.done <- r
+		s.end(j, r)
 	}
 }
 
-func (s *Server) failRunning(e *apiError) {
+// end hands a job its result.
+func (s *Server) end(j *job, r jobResult) {
+	if j.stream != nil {
+		s.streams.Add(-1)
+	}
+	j.done <- r
+}
+
+// failAll ends every running and queued request with e.
+func (s *Server) failAll(e *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t, j := range s.running {
-		j.done <- jobResult{err: e}
+		s.end(j, jobResult{err: e})
 		delete(s.running, t)
 	}
-}
-
-func (s *Server) failKey(key string, e *apiError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kept := s.queue[:0]
 	for _, j := range s.queue {
-		if j.key == key {
-			j.done <- jobResult{err: e}
-		} else {
-			kept = append(kept, j)
-		}
+		s.end(j, jobResult{err: e})
 	}
-	s.queue = kept
+	s.queue = s.queue[:0]
 }
 
 // submit queues the prompts of one request with its engine settings and
 // waits for their groups, in order.
 func (s *Server) submit(ctx context.Context, opts rollout.Options, prompts []dataset.Prompt) ([][]dataset.Rollout, *apiError) {
-	kb, _ := json.Marshal(opts)
-	key := string(kb)
+	jobs, e := s.enqueue(ctx, opts, prompts, nil)
+	if e != nil {
+		return nil, e
+	}
+	return wait(jobs)
+}
+
+// enqueue queues the prompts of one request; st, when set, follows the
+// first prompt's text as it is generated.
+func (s *Server) enqueue(ctx context.Context, opts rollout.Options, prompts []dataset.Prompt, st *stream) ([]*job, *apiError) {
 	jobs := make([]*job, len(prompts))
 	s.mu.Lock()
 	if s.closing {
@@ -386,25 +379,31 @@ func (s *Server) submit(ctx context.Context, opts rollout.Options, prompts []dat
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: "the server is shutting down"}
 	}
 	for i, p := range prompts {
-		j := &job{key: key, opts: opts, prompt: p, enq: time.Now(), ctx: ctx, done: make(chan jobResult, 1)}
+		j := &job{opts: opts, prompt: p, enq: time.Now(), ctx: ctx, done: make(chan jobResult, 1)}
 		j.token = "req-" + strconv.FormatUint(s.nextID.Add(1), 36)
 		// The engine copies a prompt's answer into its records; a served
 		// prompt has none, so it carries the job's token back.
 		j.prompt.Answer = j.token
+		if i == 0 && st != nil {
+			j.stream = st
+			s.streams.Add(1)
+		}
 		jobs[i] = j
 		s.queue = append(s.queue, j)
 	}
 	s.wake.Broadcast()
 	s.mu.Unlock()
+	return jobs, nil
+}
+
+// wait waits for every job's group, in order.
+func wait(jobs []*job) ([][]dataset.Rollout, *apiError) {
 	out := make([][]dataset.Rollout, len(jobs))
 	var first *apiError
 	for i, j := range jobs {
 		r := <-j.done // every job ends: the engine finishes what it admitted
 		if r.err != nil && first == nil {
 			first = r.err
-		}
-		for k := range r.recs {
-			r.recs[k].Answer = ""
 		}
 		out[i] = r.recs
 	}

@@ -326,7 +326,23 @@ func TestCompletionsAndChat(t *testing.T) {
 func TestChatStream(t *testing.T) {
 	cfg := testConfig()
 	url, _, _ := startServer(t, cfg, Options{})
-	req := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Say 4:"}}, "max_tokens": 8, "seed": 3, "n": 2, "logprobs": true}
+	// A prompt the engine refuses gets its 400 before any event.
+	status, body := post(t, url+"/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": strings.Repeat("Say 1 2 3 ", 40)}}, "stream": true})
+	if status != 400 || body["error"] == nil {
+		t.Fatalf("a prompt too long, streamed: %d %v", status, body)
+	}
+	for _, stop := range [][]string{nil, {"e", " ", "ab"}} {
+		t.Run(fmt.Sprintf("stop=%q", stop), func(t *testing.T) { streamMatches(t, url, stop) })
+	}
+}
+
+// streamMatches: a streamed request's events spell what the same request
+// gives without streaming.
+func streamMatches(t *testing.T, url string, stop []string) {
+	req := map[string]any{"messages": []any{map[string]any{"role": "user", "content": "Say 4:"}}, "max_tokens": 20, "seed": 3, "n": 3, "logprobs": true}
+	if stop != nil {
+		req["stop"] = stop
+	}
 	_, whole := post(t, url+"/chat/completions", req)
 	req["stream"] = true
 	req["stream_options"] = map[string]any{"include_usage": true}
@@ -339,7 +355,7 @@ func TestChatStream(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("content type %q", ct)
 	}
-	texts, lps, finish := map[int]string{}, map[int]int{}, map[int]string{}
+	texts, lps, finish, chunks := map[int]string{}, map[int]int{}, map[int]string{}, map[int]int{}
 	done, gotUsage := false, false
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -376,6 +392,7 @@ func TestChatStream(t *testing.T) {
 		for _, c := range chunk.Choices {
 			if c.Delta.Content != nil {
 				texts[c.Index] += *c.Delta.Content
+				chunks[c.Index]++
 			}
 			if c.Logprobs != nil {
 				lps[c.Index] += len(c.Logprobs.Content)
@@ -395,6 +412,7 @@ func TestChatStream(t *testing.T) {
 		if texts[i] != want || finish[i] != c["finish_reason"] || lps[i] != len(c["logprobs"].(map[string]any)["content"].([]any)) {
 			t.Fatalf("choice %d streamed %q (%s, %d log-probs), whole %q (%v)", i, texts[i], finish[i], lps[i], want, c["finish_reason"])
 		}
+		t.Logf("choice %d: %d tokens in %d content events", i, lps[i], chunks[i])
 	}
 }
 
@@ -595,5 +613,67 @@ func TestRequestLimit(t *testing.T) {
 	}
 	if st := <-first; st != 200 {
 		t.Fatalf("the request in flight: status %d", st)
+	}
+}
+
+// TestMixedSettingsShareTheBatch: requests with different n, max_tokens,
+// temperature, top_k, min_p, stop and seed, sent together, are served in
+// one batch, each as it is when sent alone: the same text, log-probs within
+// 1e-5.
+func TestMixedSettingsShareTheBatch(t *testing.T) {
+	url, _, _ := startServer(t, testConfig(), Options{})
+	var reqs []map[string]any
+	for i := range 12 {
+		r := map[string]any{"prompt": fmt.Sprintf("Say %d:", i), "n": 1 + i%3, "max_tokens": 4 + 3*(i%4), "seed": 10 + i%5,
+			"temperature": []float64{1, 0.7, 0, 1.3}[i%4], "logprobs": 1}
+		if i%3 == 1 {
+			r["top_k"], r["min_p"] = 20, 0.02
+		}
+		if i%4 == 2 {
+			r["stop"] = []string{"e", " "}
+		}
+		reqs = append(reqs, r)
+	}
+	alone := make([]map[string]any, len(reqs))
+	for i, r := range reqs {
+		st, b := post(t, url+"/completions", r)
+		if st != 200 {
+			t.Fatalf("request %d alone: %d %v", i, st, b)
+		}
+		alone[i] = b
+	}
+	together := make([]map[string]any, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() {
+			st, b := post(t, url+"/completions", r)
+			if st != 200 {
+				t.Errorf("request %d together: %d %v", i, st, b)
+			}
+			together[i] = b
+		})
+	}
+	wg.Wait()
+	for i := range reqs {
+		a, b := alone[i]["choices"].([]any), together[i]["choices"].([]any)
+		if len(a) != reqs[i]["n"].(int) || len(a) != len(b) {
+			t.Fatalf("request %d: %d and %d choices for n = %v", i, len(a), len(b), reqs[i]["n"])
+		}
+		for k := range a {
+			x, y := a[k].(map[string]any), b[k].(map[string]any)
+			if x["text"] != y["text"] || x["finish_reason"] != y["finish_reason"] {
+				t.Fatalf("request %d choice %d: %q (%v) alone, %q (%v) together", i, k, x["text"], x["finish_reason"], y["text"], y["finish_reason"])
+			}
+			lx := x["logprobs"].(map[string]any)["token_logprobs"].([]any)
+			ly := y["logprobs"].(map[string]any)["token_logprobs"].([]any)
+			if len(lx) > reqs[i]["max_tokens"].(int) || len(lx) != len(ly) {
+				t.Fatalf("request %d choice %d: %d and %d tokens, max_tokens %v", i, k, len(lx), len(ly), reqs[i]["max_tokens"])
+			}
+			for j := range lx {
+				if d := math.Abs(lx[j].(float64) - ly[j].(float64)); d > 1e-5 {
+					t.Fatalf("request %d choice %d token %d: log-probs differ by %g", i, k, j, d)
+				}
+			}
+		}
 	}
 }

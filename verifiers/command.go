@@ -119,6 +119,9 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 	// The checker leads its own process group, so that killing the group
 	// reaches what it started without setsid.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Only stdin is exec's pipe: a descendant holding it (with the checker
+	// gone, not reading) cannot hold Wait up for longer than this.
+	cmd.WaitDelay = time.Second
 	err = cmd.Start()
 	outW.Close()
 	errW.Close()
@@ -180,6 +183,9 @@ wait:
 	if overMemory {
 		res := noAnswer(fmt.Sprintf("memory limit: the checker's processes held more than %d MiB", v.opts.MemoryMB))
 		return res, nil
+	}
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // the checker exited 0; its stdin was still held open
 	}
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {

@@ -152,6 +152,7 @@ func writeDocFixtures(t *testing.T, dir string) {
 	}
 	files := map[string]string{
 		"prompts.jsonl": prompts.String(), "test.jsonl": prompts.String(), "smoke.jsonl": prompts.String(),
+		"responses.jsonl": serverResponses(), // formats_test.go
 		"completions.jsonl": `{"prompt_id": "q1", "sample": 0, "prompt": "What is 2+2?", "text": "It is 4.", "answer": "4"}
 {"prompt_id": "q1", "sample": 1, "prompt": "What is 2+2?", "text": "5", "answer": "4"}
 `,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -252,4 +253,17 @@ func TestAdapterCommands(t *testing.T) {
 	if !moved {
 		t.Error("the trained adapter did not change the log-probs: the round trip was not tested on a real change")
 	}
+}
+
+// serverResponses are chat-completions responses to prompts.jsonl of the
+// documentation's fixtures (n = 2, with log-probs), in prompt order, as an
+// OpenAI-compatible server writes them.
+func serverResponses() string {
+	var b strings.Builder
+	for i := range 4 {
+		fmt.Fprintf(&b, `{"id":"chatcmpl-%d","object":"chat.completion","model":"M","choices":[`+
+			`{"index":0,"message":{"role":"assistant","content":"%d"},"finish_reason":"stop","logprobs":{"content":[{"token":"%d","logprob":-0.3,"top_logprobs":[]}]}},`+
+			`{"index":1,"message":{"role":"assistant","content":"x"},"finish_reason":"stop","logprobs":{"content":[{"token":"x","logprob":-2.1,"top_logprobs":[]}]}}]}`+"\n", i, i, i)
+	}
+	return b.String()
 }

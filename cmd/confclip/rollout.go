@@ -41,7 +41,10 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	source := endpointOf(c)
+	source, err := endpointOf(ctx, c)
+	if err != nil {
+		return err
+	}
 	var m *pipeline.Model
 	if source == nil {
 		if m, err = pipeline.OpenModel(cfg.Model); err != nil {

@@ -99,9 +99,15 @@ func endpointFlags() []cli.Flag {
 }
 
 // endpointOf is the rollout source the flags name, nil for the local model.
-func endpointOf(c *cli.Command) pipeline.RolloutSource {
+// The model's name is asked for now, so that the rollout file's provenance
+// names it.
+func endpointOf(ctx context.Context, c *cli.Command) (pipeline.RolloutSource, error) {
 	if c.String("endpoint") == "" {
-		return nil
+		return nil, nil
 	}
-	return &server.Client{Endpoint: c.String("endpoint"), ModelName: c.String("endpoint-model"), APIKey: c.String("api-key"), Concurrency: c.Int("concurrency")}
+	cl := &server.Client{Endpoint: c.String("endpoint"), ModelName: c.String("endpoint-model"), APIKey: c.String("api-key"), Concurrency: c.Int("concurrency")}
+	if err := cl.Resolve(ctx); err != nil {
+		return nil, err
+	}
+	return cl, nil
 }
