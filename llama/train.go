@@ -197,3 +197,15 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 	copy(logprobs, unsafe.Slice((*float32)(unsafe.Pointer(lp)), nComp))
 	return float64(closs), logprobs, nil
 }
+
+// CanTrain returns nil when PGEval can train the model's architecture, or an
+// error saying why not (recurrent or hybrid memory, a diffusion or
+// encoder-decoder model, layers that reuse another layer's KV cache). An op
+// of the architecture's graph without a backward pass is found later, by
+// PGEval, with the op's name.
+func (m *Model) CanTrain() error {
+	if why := C.llama_model_training_unsupported(m.m); why != nil {
+		return fmt.Errorf("%s: the %s architecture cannot be trained: %s", m.path, m.Architecture(), C.GoString(why))
+	}
+	return nil
+}

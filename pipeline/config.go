@@ -116,7 +116,7 @@ type AdvantageConfig struct {
 type TrainConfig struct {
 	LoraRank    int      `toml:"lora_rank"`
 	LoraAlpha   float64  `toml:"lora_alpha"`
-	Targets     []string `toml:"targets"` // attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down
+	Targets     []string `toml:"targets"` // attn_q, attn_k, attn_v, attn_qkv, attn_output, ffn_gate, ffn_up, ffn_down
 	LR          float64  `toml:"lr"`
 	Beta1       float64  `toml:"beta1"`
 	Beta2       float64  `toml:"beta2"`
@@ -160,7 +160,7 @@ func DefaultConfig() Config {
 		Advantage:  AdvantageConfig{Estimator: "grpo", Scale: "group"},
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
 			GradClip: 1, LossAgg: "token_mean", MicroBatch: 512, Iterations: 1, Epsilon: 0.2, Schedule: "constant",
-			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
+			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
 		Run:        RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
 		Experiment: ExperimentConfig{Arms: []string{"binary_grpo", "confclip_grpo", "confclip_dr_grpo"}, Seeds: []uint64{1, 2, 3}},
 	}

@@ -134,6 +134,9 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 			c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
 			c.Rollout.Seed, c.Train.Seed = seed, seed
 			c.Run.Out = filepath.Join(cfg.Run.Out, arm.Name, fmt.Sprintf("seed-%d", seed))
+			// A run records its own arm and seed, not the grid's: an
+			// experiment given more seeds or arms resumes its finished runs.
+			c.Experiment = ExperimentConfig{Arms: []string{arm.Name}, Seeds: []uint64{seed}}
 			_, statErr := os.Stat(filepath.Join(c.Run.Out, RunConfigFile))
 			fmt.Fprintf(log, "== %s, seed %d -> %s\n", arm.Name, seed, c.Run.Out)
 			r, err := Run(ctx, RunOptions{Config: c, Resume: statErr == nil, Log: log, BeforeFrom: before})

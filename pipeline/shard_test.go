@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -109,6 +110,12 @@ func TestShardUnion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	verifyIn := verifyInputFile(t, whole)
+	var wholeVerify bytes.Buffer
+	if _, err := VerifyFile(ctx, VerifyFileOptions{Verifier: cfg.Verifier, In: verifyIn, W: &wholeVerify}); err != nil {
+		t.Fatal(err)
+	}
+	wholeResults := strings.Split(strings.TrimSpace(wholeVerify.String()), "\n")
 	wholeTF := filepath.Join(dir, "whole.tf.jsonl")
 	if _, err := TeacherForceFile(ctx, m, TeacherForceOptions{Config: cfg, In: whole, Out: wholeTF}); err != nil {
 		t.Fatal(err)
@@ -119,7 +126,7 @@ func TestShardUnion(t *testing.T) {
 			sd := filepath.Join(dir, fmt.Sprint(n))
 			os.MkdirAll(sd, 0o755)
 			var rolls, sums, evals, tfs []string
-			verified := 0
+			verified := map[int]bool{}
 			for k := range n {
 				sh := Shard{K: k, N: n}
 				out := filepath.Join(sd, fmt.Sprintf("rollouts-%d.jsonl", k))
@@ -152,11 +159,24 @@ func TestShardUnion(t *testing.T) {
 					t.Fatal(err)
 				}
 				tfs = append(tfs, tf)
-				vs, err := VerifyFile(ctx, VerifyFileOptions{Verifier: cfg.Verifier, In: verifyInputFile(t, whole), Shard: sh})
-				if err != nil {
+				var vout bytes.Buffer
+				if _, err := VerifyFile(ctx, VerifyFileOptions{Verifier: cfg.Verifier, In: verifyIn, Shard: sh, W: &vout}); err != nil {
 					t.Fatal(err)
 				}
-				verified += vs.Records
+				for _, l := range strings.Split(strings.TrimSpace(vout.String()), "\n") {
+					if l == "" {
+						continue
+					}
+					var r shardResult
+					if err := json.Unmarshal([]byte(l), &r); err != nil || r.Line < 1 || r.Line > len(wholeResults) || verified[r.Line] || !sh.Has(r.ID) {
+						t.Fatalf("shard %s: result %s (%v)", sh, l, err)
+					}
+					verified[r.Line] = true
+					b, _ := json.Marshal(r.VerifyResult)
+					if string(b) != wholeResults[r.Line-1] {
+						t.Fatalf("line %d: %s in shard %s, %s in one process", r.Line, b, sh, wholeResults[r.Line-1])
+					}
+				}
 			}
 			// Shards given in any order merge the same.
 			rolls[0], rolls[n-1] = rolls[n-1], rolls[0]
@@ -170,8 +190,8 @@ func TestShardUnion(t *testing.T) {
 			}
 			sameRecords(t, whole, merged)
 			sameRecords(t, wholeTF, concat(t, sd, "tf.jsonl", tfs))
-			if verified != 72 {
-				t.Fatalf("the shards verified %d lines, want 72", verified)
+			if len(verified) != 72 {
+				t.Fatalf("the shards verified %d lines, want 72", len(verified))
 			}
 
 			ms, err := MergeScores(sums, filepath.Join(sd, "scored.jsonl"))

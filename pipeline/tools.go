@@ -114,21 +114,36 @@ func Tokenize(modelPath, text string, addSpecial, parseSpecial bool) ([]TokenPie
 type GenModelOptions struct {
 	Out      string
 	Size     string // tiny (about 100K parameters) or bench (about 100M)
+	Arch     string // a tiny model's architecture, one of modelgen.Archs ("" = llama)
 	Seed     uint64
 	Quantize string // "" keeps F32; else one of QuantTypes
 }
 
+// ModelArchs are the architectures GenModelOptions.Arch takes.
+func ModelArchs() []string { return modelgen.Archs }
+
 // QuantTypes are the types GenModelOptions.Quantize takes.
 func QuantTypes() []string { return llama.QuantTypes() }
 
-// GenModel writes a small deterministic llama-architecture model with
-// random weights (for tests and benchmarks).
+// GenModel writes a small deterministic model with random weights (for
+// tests and benchmarks): a tiny one of any of modelgen.Archs, or the llama
+// benchmark model.
 func GenModel(o GenModelOptions) error {
 	var s modelgen.Spec
+	arch := o.Arch
+	if arch == "" {
+		arch = "llama"
+	}
 	switch o.Size {
 	case "tiny", "":
-		s = modelgen.Tiny()
+		var err error
+		if s, err = modelgen.TinyArch(arch); err != nil {
+			return err
+		}
 	case "bench":
+		if arch != "llama" {
+			return fmt.Errorf("size bench is a llama model; architecture %q needs size tiny", arch)
+		}
 		s = modelgen.Bench()
 	default:
 		return fmt.Errorf("size %q: want tiny or bench", o.Size)

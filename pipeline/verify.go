@@ -57,7 +57,8 @@ type VerifyFileOptions struct {
 	// Jobs is how many verifications run at once; 0 = the cores.
 	Jobs int
 	// Shard, when set, verifies only the lines of one shard (shard.go), by
-	// their prompt_id (or id), or by line for lines without one.
+	// their prompt_id (or id), or by line for lines without one; each
+	// result then also has the input's line and id.
 	Shard Shard
 }
 
@@ -65,6 +66,14 @@ type VerifyFileOptions struct {
 type VerifySummary struct {
 	Records int `json:"records"`
 	Correct int `json:"correct"`
+}
+
+// shardResult is a result of a sharded VerifyFile: the input line (and id)
+// it answers, and the result.
+type shardResult struct {
+	Line int    `json:"line"`
+	ID   string `json:"prompt_id,omitempty"`
+	VerifyResult
 }
 
 // verifyInput is one line of VerifyFileOptions.In; other fields are ignored.
@@ -119,6 +128,7 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 
 	type item struct {
 		line               int
+		id                 string
 		answer, completion string
 		res                verifiers.Result
 		err                error
@@ -140,7 +150,12 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 			if it.err != nil {
 				return &dataset.LineError{File: o.In, Line: it.line, Err: it.err}
 			}
-			if err := write(toVerifyResult(it.res)); err != nil {
+			var out any = toVerifyResult(it.res)
+			if o.Shard.N > 0 { // 0/1 too, so that every N reads alike
+				// A shard's results say which input line they answer.
+				out = shardResult{Line: it.line, ID: it.id, VerifyResult: toVerifyResult(it.res)}
+			}
+			if err := write(out); err != nil {
 				return err
 			}
 			sum.Records++
@@ -166,7 +181,7 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 		if rec.Answer == nil || rec.Completion == nil {
 			return sum, &dataset.LineError{File: o.In, Line: r.Line(), Err: errors.New(`want string fields "answer" and "completion"`)}
 		}
-		batch = append(batch, item{line: r.Line(), answer: *rec.Answer, completion: *rec.Completion})
+		batch = append(batch, item{line: r.Line(), id: cmp.Or(rec.PromptID, rec.ID), answer: *rec.Answer, completion: *rec.Completion})
 		if len(batch) == cap(batch) {
 			if err := flush(); err != nil {
 				return sum, err

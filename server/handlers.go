@@ -34,7 +34,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("logprobs", "logprobs = %d: want 0..%d", *req.Logprobs, maxLogprobs))
 		return
 	}
-	opts, id, e := s.engineOptions(req.sampling, nil, false)
+	opts, id, e := s.engineOptions(req.sampling, nil)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -120,7 +120,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	maxTokens := req.MaxCompletionTokens
-	opts, id, e := s.engineOptions(req.sampling, maxTokens, true)
+	opts, id, e := s.engineOptions(req.sampling, maxTokens)
 	if e != nil {
 		writeError(w, e)
 		return

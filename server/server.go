@@ -77,7 +77,6 @@ type job struct {
 	opts   rollout.Options // the request's settings (Group, MaxTokens, Sampling, Seed, Stop)
 	prompt dataset.Prompt
 	token  string // routes the engine's group back (carried in Answer)
-	enq    time.Time
 	ctx    context.Context
 	done   chan jobResult // buffered, 1
 	stream *stream        // a streamed request's text so far, else nil
@@ -379,7 +378,7 @@ func (s *Server) enqueue(ctx context.Context, opts rollout.Options, prompts []da
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: "the server is shutting down"}
 	}
 	for i, p := range prompts {
-		j := &job{opts: opts, prompt: p, enq: time.Now(), ctx: ctx, done: make(chan jobResult, 1)}
+		j := &job{opts: opts, prompt: p, ctx: ctx, done: make(chan jobResult, 1)}
 		j.token = "req-" + strconv.FormatUint(s.nextID.Add(1), 36)
 		// The engine copies a prompt's answer into its records; a served
 		// prompt has none, so it carries the job's token back.
@@ -412,7 +411,7 @@ func wait(jobs []*job) ([][]dataset.Rollout, *apiError) {
 
 // engineOptions are a request's settings over the server's defaults, and
 // the prompt id that keys its random streams.
-func (s *Server) engineOptions(req sampling, maxTokens *int, chat bool) (rollout.Options, string, *apiError) {
+func (s *Server) engineOptions(req sampling, maxTokens *int) (rollout.Options, string, *apiError) {
 	if e := req.check(&s.o); e != nil {
 		return rollout.Options{}, "", e
 	}
@@ -467,7 +466,6 @@ func (s *Server) engineOptions(req sampling, maxTokens *int, chat bool) (rollout
 	if req.PromptID != nil {
 		id = *req.PromptID
 	}
-	r.Chat = chat
 	o := pipeline.EngineOptions(cfg)
 	o.NoTiming = true
 	o.Parallel = max(cfg.Rollout.Parallel, 1)

@@ -15,8 +15,11 @@ import (
 )
 
 // Targets are the weight matrices a LoRA adapter can adapt, by their GGUF
-// names within a block.
-var Targets = []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}
+// names within a block. A family has the ones its blocks hold: phi3 fuses Q,
+// K and V into attn_qkv (a target of its own, adapted as one matrix) and the
+// gate with the up projection into ffn_up (so it has no ffn_gate); the
+// others have attn_q, attn_k and attn_v.
+var Targets = []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}
 
 // LoRAConfig describes a new adapter.
 type LoRAConfig struct {
@@ -49,10 +52,10 @@ func CreateLoRA(m *llama.Model, path string, cfg LoRAConfig) error {
 			return fmt.Errorf("LoRA target %q: want some of %v", t, Targets)
 		}
 	}
-	arch := m.Architecture()
-	if arch != "llama" {
-		return fmt.Errorf("%s: training supports the llama architecture, the model is %q", m.Path(), arch)
+	if err := m.CanTrain(); err != nil {
+		return err
 	}
+	arch := m.Architecture()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6c6f7261))
 	w := newAdapterWriter(arch, cfg.Alpha)
 	defer w.Close()

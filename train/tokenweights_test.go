@@ -192,3 +192,32 @@ func TestPGEvalLogProbsSurviveBackward(t *testing.T) {
 		t.Errorf("loss %g, want -sum log p = %g", loss, sum)
 	}
 }
+
+// Gradients of an adapter's tensors on a context where the adapter is not
+// set: ggml aborted the process ("no trainable parameters found"); now it
+// is an error.
+func TestPGEvalParamsOutsideGraph(t *testing.T) {
+	m := load(t, false)
+	a := newAdapter(t, m, true)
+	ps, _, err := AdapterParams(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, NUBatch: 256, NSeqMax: 1,
+		FlashAttn: "off", TrainingGraphs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	e := examples(t, m)[0]
+	seq := llama.PGSeq{Tokens: append(append([]llama.Token(nil), e.Prompt...), e.Completion...), NPrompt: len(e.Prompt), Weight: 1}
+	grads := make([][]float32, len(ps))
+	for j, p := range ps {
+		grads[j] = make([]float32, p.Len())
+	}
+	if _, _, err := ctx.PGEval([]llama.PGSeq{seq}, ps, grads); err == nil {
+		t.Fatal("PGEval with parameters outside the graph gave no error")
+	} else {
+		t.Log(err)
+	}
+}

@@ -148,8 +148,8 @@ func NewFullTrainer(m *llama.Model, weights []string, cfg Config) (*Trainer, err
 }
 
 func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error) {
-	if m.Architecture() != "llama" {
-		return nil, fmt.Errorf("%s: training supports the llama architecture, the model is %q", m.Path(), m.Architecture())
+	if err := m.CanTrain(); err != nil {
+		return nil, err
 	}
 	agg, err := LossAgg(cfg.LossAgg)
 	if err != nil {
@@ -616,7 +616,7 @@ func (t *Trainer) SyncFromModel() {
 }
 
 // F32Weights lists the model's trainable F32 weights for full-parameter
-// training (every weight matrix and norm).
+// training (every weight matrix, norm and bias).
 func F32Weights(path string) ([]string, error) {
 	g, err := llama.OpenGGUF(path)
 	if err != nil {
@@ -628,7 +628,7 @@ func F32Weights(path string) ([]string, error) {
 		if ti.Type != "f32" {
 			return nil, fmt.Errorf("%s: tensor %s is %s; full-parameter training needs an all-F32 model", path, ti.Name, ti.Type)
 		}
-		if strings.HasSuffix(ti.Name, ".weight") {
+		if strings.HasSuffix(ti.Name, ".weight") || strings.HasSuffix(ti.Name, ".bias") { // biases: qwen2's Q, K, V
 			names = append(names, ti.Name)
 		}
 	}

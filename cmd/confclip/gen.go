@@ -15,15 +15,16 @@ func init() {
 	register(func() *cli.Command {
 		return &cli.Command{
 			Name:  "gen-model",
-			Usage: "write a small deterministic llama-architecture GGUF model with random weights (for tests and benchmarks)",
+			Usage: "write a small deterministic GGUF model with random weights (for tests and benchmarks)",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `FILE`.gguf"},
-				&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny (about 100K parameters) or bench (about 100M)"},
+				&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny (about 100K parameters) or bench (about 100M, llama only)"},
+				&cli.StringFlag{Name: "arch", Value: "llama", Usage: "architecture: " + strings.Join(pipeline.ModelArchs(), ", ")},
 				&cli.Uint64Flag{Name: "seed", Aliases: []string{"s"}, Value: 1, Usage: "weight RNG seed"},
 				&cli.StringFlag{Name: "quantize", Usage: "quantize with llama.cpp's quantizer: " + strings.Join(pipeline.QuantTypes(), ", ")},
 			},
 			Action: func(ctx context.Context, c *cli.Command) error {
-				err := pipeline.GenModel(pipeline.GenModelOptions{Out: c.String("out"), Size: c.String("size"), Seed: c.Uint64("seed"), Quantize: c.String("quantize")})
+				err := pipeline.GenModel(pipeline.GenModelOptions{Out: c.String("out"), Size: c.String("size"), Arch: c.String("arch"), Seed: c.Uint64("seed"), Quantize: c.String("quantize")})
 				if err != nil {
 					return err
 				}

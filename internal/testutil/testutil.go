@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/confclip/confclip/modelgen"
@@ -32,6 +33,7 @@ func Main(m *testing.M, tiny *string) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	CleanArchModels()
 	os.Exit(code)
 }
 
@@ -49,4 +51,48 @@ func SharedModels(t testing.TB) string {
 		t.Skipf("NOT RUN: %s is absent; this test needs the shared model files", dir)
 	}
 	return dir
+}
+
+var (
+	archMu    sync.Mutex
+	archDir   string
+	archPaths = map[string]string{}
+)
+
+// ArchModel returns the path of the tiny model of an architecture
+// (modelgen.TinyArch), written once per test binary to a temporary folder
+// that lives as long as the process.
+func ArchModel(t testing.TB, arch string) string {
+	t.Helper()
+	archMu.Lock()
+	defer archMu.Unlock()
+	if p, ok := archPaths[arch]; ok {
+		return p
+	}
+	if archDir == "" {
+		d, err := os.MkdirTemp("", "confclip-arch-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		archDir = d
+	}
+	s, err := modelgen.TinyArch(arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(archDir, arch+".gguf")
+	if err := modelgen.Write(p, s); err != nil {
+		t.Fatalf("generating the %s model: %v", arch, err)
+	}
+	archPaths[arch] = p
+	return p
+}
+
+// CleanArchModels removes ArchModel's folder (call after m.Run).
+func CleanArchModels() {
+	archMu.Lock()
+	defer archMu.Unlock()
+	if archDir != "" {
+		os.RemoveAll(archDir)
+	}
 }

@@ -1,0 +1,160 @@
+package llama_test
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/confclip/confclip/internal/testutil"
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/modelgen"
+)
+
+// decodeGoldenPath holds the logits of normal decoding (with the KV cache) of
+// every generated architecture, recorded with the patch set before the
+// training attention went into llama.cpp's generic graph code (patch 0009).
+// That patch only adds a path for graphs built without a memory context, so
+// decoding must give the same bits. Rerecord (CONFCLIP_RECORD_DECODE=1) only
+// when an upstream or patch change is meant to change inference.
+const decodeGoldenPath = "testdata/decode_logits.json"
+
+type decodeGolden struct {
+	// CPU is llama.SystemInfo() where the file was recorded: float results
+	// are bit-for-bit comparable only on the same CPU features.
+	CPU   string                          `json:"cpu"`
+	Archs map[string]map[string]decodeRun `json:"archs"`
+}
+
+type decodeRun struct {
+	SHA256 string    `json:"sha256"` // of every logit's float32 bits, positions in order
+	Sample []float32 `json:"sample"` // a few logits per position, for other CPUs
+}
+
+// decodeConfigs are the two ways rollouts decode: llama.cpp's defaults (F16
+// cache, flash attention auto) and an F32 cache without flash attention.
+var decodeConfigs = map[string]llama.ContextParams{
+	"default":      {NCtx: 256, Threads: 2},
+	"f32-no-fattn": {NCtx: 256, Threads: 2, TypeK: "f32", TypeV: "f32", FlashAttn: "off"},
+}
+
+// decodeLogits runs 12 tokens through the model, 7 in one batch then 5 one
+// at a time (so the cache, the masks and the sliding windows of 4 are all
+// exercised), and returns the logits of every position.
+func decodeLogits(t *testing.T, m *llama.Model, p llama.ContextParams) [][]float32 {
+	t.Helper()
+	c, err := llama.NewContext(m, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	toks := []llama.Token{1, 270, 281, 292, 303, 314, 325, 336, 347, 358, 369, 380}
+	b := llama.NewBatch(len(toks), 1)
+	defer b.Free()
+	var out [][]float32
+	run := func(from, to int) {
+		b.Clear()
+		for i := from; i < to; i++ {
+			if _, err := b.Add(toks[i], i, []int{0}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Decode(b); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < to-from; i++ {
+			l, err := c.Logits(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, append([]float32(nil), l...))
+		}
+	}
+	run(0, 7)
+	for i := 7; i < len(toks); i++ {
+		run(i, i+1)
+	}
+	return out
+}
+
+func summarize(logits [][]float32) decodeRun {
+	h := sha256.New()
+	var r decodeRun
+	var buf [4]byte
+	for pos, l := range logits {
+		for _, v := range l {
+			binary.LittleEndian.PutUint32(buf[:], math.Float32bits(v))
+			h.Write(buf[:])
+		}
+		r.Sample = append(r.Sample, l[0], l[3], l[(pos*37+11)%len(l)], l[len(l)-1])
+	}
+	r.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return r
+}
+
+// TestDecodeUnchanged compares normal decoding of every generated
+// architecture with the logits recorded before the training attention patch:
+// bit for bit on the CPU they were recorded on, within 1e-4 elsewhere.
+func TestDecodeUnchanged(t *testing.T) {
+	got := decodeGolden{CPU: llama.SystemInfo(), Archs: map[string]map[string]decodeRun{}}
+	for _, arch := range modelgen.Archs {
+		m, err := llama.LoadModel(testutil.ArchModel(t, arch), llama.ModelParams{})
+		if err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		got.Archs[arch] = map[string]decodeRun{}
+		for name, p := range decodeConfigs {
+			got.Archs[arch][name] = summarize(decodeLogits(t, m, p))
+		}
+		m.Close()
+	}
+	if os.Getenv("CONFCLIP_RECORD_DECODE") != "" {
+		data, _ := json.MarshalIndent(got, "", " ")
+		if err := os.MkdirAll(filepath.Dir(decodeGoldenPath), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(decodeGoldenPath, append(data, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("recorded %s", decodeGoldenPath)
+		return
+	}
+	data, err := os.ReadFile(decodeGoldenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want decodeGolden
+	if err := json.Unmarshal(data, &want); err != nil {
+		t.Fatalf("%s: %v", decodeGoldenPath, err)
+	}
+	sameCPU := want.CPU == got.CPU
+	if !sameCPU {
+		t.Logf("recorded on %q, running on %q: comparing sampled logits within 1e-4, not bits", want.CPU, got.CPU)
+	}
+	for _, arch := range modelgen.Archs {
+		for name := range decodeConfigs {
+			w, ok := want.Archs[arch][name]
+			if !ok {
+				t.Errorf("%s %s: not in %s", arch, name, decodeGoldenPath)
+				continue
+			}
+			g := got.Archs[arch][name]
+			if sameCPU {
+				if g.SHA256 != w.SHA256 {
+					t.Errorf("%s, %s decoding: logits changed (sha256 %s, recorded %s)", arch, name, g.SHA256[:12], w.SHA256[:12])
+				}
+				continue
+			}
+			for k := range w.Sample {
+				if d := math.Abs(float64(g.Sample[k] - w.Sample[k])); d > 1e-4*math.Max(1, math.Abs(float64(w.Sample[k]))) {
+					t.Errorf("%s, %s decoding: sampled logit %d is %g, recorded %g", arch, name, k, g.Sample[k], w.Sample[k])
+					break
+				}
+			}
+		}
+	}
+}

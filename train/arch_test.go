@@ -1,0 +1,295 @@
+package train
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/confclip/confclip/internal/testutil"
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/modelgen"
+)
+
+// The per-architecture checks of every generated family (modelgen.Archs):
+// gradient checks in LoRA and full-parameter mode, the training forward
+// against decoding, the direction of a step, and the adapter's round trip
+// through llama.cpp's own LoRA loader. docs/architectures.md reports their
+// numbers (go test ./train -run TestArch -v).
+
+func loadArch(t *testing.T, arch string, noMmap bool) (*llama.Model, string) {
+	t.Helper()
+	path := testutil.ArchModel(t, arch)
+	m, err := llama.LoadModel(path, llama.ModelParams{NoMmap: noMmap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, path
+}
+
+// archExamples are longer than the gemma models' sliding window of 4, so
+// that the windowed mask matters.
+func archExamples(t *testing.T, m *llama.Model) []Example {
+	t.Helper()
+	var exs []Example
+	for i, pc := range [][2]string{{"12+7=", "19 ok"}, {"What is 3*4?", " 12 yes"}, {"abc", "defgh"}} {
+		p, err := m.Tokenize(pc[0], true, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := m.Tokenize(pc[1], false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exs = append(exs, Example{Prompt: p, Completion: c, Advantage: []float64{1, -0.5, 2}[i]})
+	}
+	return exs
+}
+
+func TestArchLoRAGradientCheck(t *testing.T) {
+	for _, arch := range modelgen.Archs {
+		t.Run(arch, func(t *testing.T) {
+			m, _ := loadArch(t, arch, false)
+			a := newAdapter(t, m, true)
+			tr, err := NewLoRATrainer(m, a, testConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			worst := gradCheck(t, tr, archExamples(t, m), 1, 2e-2)
+			t.Logf("ARCH %s lora-gradcheck worst-rel-err %.2e over %d tensors", arch, worst, len(tr.params))
+		})
+	}
+}
+
+func TestArchFullGradientCheck(t *testing.T) {
+	for _, arch := range modelgen.Archs {
+		t.Run(arch, func(t *testing.T) {
+			m, path := loadArch(t, arch, true)
+			names, err := F32Weights(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, err := NewFullTrainer(m, names, testConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			worst := gradCheck(t, tr, archExamples(t, m), 1, 2e-2)
+			t.Logf("ARCH %s full-gradcheck worst-rel-err %.2e over %d tensors", arch, worst, len(tr.params))
+		})
+	}
+}
+
+// TestArchTrainingForwardMatchesDecode: the training graph (no KV cache,
+// three packed sequences) gives the log-probs decoding gives (F32 cache, no
+// flash attention) within 1e-5.
+func TestArchTrainingForwardMatchesDecode(t *testing.T) {
+	for _, arch := range modelgen.Archs {
+		t.Run(arch, func(t *testing.T) {
+			m, _ := loadArch(t, arch, false)
+			a := newAdapter(t, m, true)
+			tr, err := NewLoRATrainer(m, a, testConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			exs := archExamples(t, m)
+			got, err := tr.LogProbs(exs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst := 0.0
+			for i, e := range exs {
+				want := decodeLogProbs(t, m, a, e)
+				for k := range want {
+					worst = math.Max(worst, math.Abs(float64(got[i][k])-want[k]))
+				}
+			}
+			t.Logf("ARCH %s forward-vs-decode max-abs-logprob-diff %.2e", arch, worst)
+			if worst > 1e-5 {
+				t.Fatalf("training forward log-probs differ from decode by %g", worst)
+			}
+		})
+	}
+}
+
+// TestArchStepDirection: two LoRA steps on one example with advantage +1
+// raise its log-prob; with -1 they lower it.
+func TestArchStepDirection(t *testing.T) {
+	for _, arch := range modelgen.Archs {
+		t.Run(arch, func(t *testing.T) {
+			m, _ := loadArch(t, arch, false)
+			for _, adv := range []float64{1, -1} {
+				a := newAdapter(t, m, false)
+				tr, err := NewLoRATrainer(m, a, testConfig())
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := archExamples(t, m)[0]
+				e.Advantage = adv
+				before := meanLogProb(t, tr, e)
+				for i := 0; i < 2; i++ {
+					if _, err := tr.Step(context.Background(), []Example{e}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				after := meanLogProb(t, tr, e)
+				tr.Close()
+				t.Logf("ARCH %s advantage %+g mean-logprob %.5f -> %.5f", arch, adv, before, after)
+				if (adv > 0 && after <= before) || (adv < 0 && after >= before) {
+					t.Fatalf("advantage %+g moved the mean log-prob from %g to %g", adv, before, after)
+				}
+			}
+		})
+	}
+}
+
+// TestArchAdapterRoundTrip: a trained adapter saved and loaded back by
+// llama.cpp's LoRA loader decodes exactly as the one trained in memory, and
+// differs from the base model.
+func TestArchAdapterRoundTrip(t *testing.T) {
+	for _, arch := range modelgen.Archs {
+		t.Run(arch, func(t *testing.T) {
+			m, _ := loadArch(t, arch, false)
+			a := newAdapter(t, m, false)
+			tr, err := NewLoRATrainer(m, a, testConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			exs := archExamples(t, m)
+			for i := 0; i < 2; i++ {
+				if _, err := tr.Step(context.Background(), exs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := filepath.Join(t.TempDir(), "trained.gguf")
+			if err := SaveLoRA(a, m.Architecture(), out); err != nil {
+				t.Fatal(err)
+			}
+			b, err := llama.LoadAdapter(m, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if arch == "phi3" && !hasTensor(b, "blk.0.attn_qkv.weight.lora_a") {
+				t.Fatalf("phi3 adapter without the fused attn_qkv target: %v", b.TensorNames())
+			}
+			moved := false
+			for _, e := range exs {
+				want := decodeLogProbs(t, m, a, e)
+				got := decodeLogProbs(t, m, b, e)
+				base := decodeLogProbs(t, m, nil, e)
+				for k := range want {
+					if got[k] != want[k] {
+						t.Fatalf("log-prob %d: %v with the loaded adapter, %v with the trained one", k, got[k], want[k])
+					}
+					moved = moved || got[k] != base[k]
+				}
+			}
+			if !moved {
+				t.Fatal("the trained adapter did not change any log-prob")
+			}
+		})
+	}
+}
+
+func hasTensor(a *llama.Adapter, name string) bool {
+	for _, n := range a.TensorNames() {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestArchCanTrain: llama.cpp's check (llama_model_training_unsupported)
+// passes every generated family.
+func TestArchCanTrain(t *testing.T) {
+	for _, arch := range modelgen.Archs {
+		m, _ := loadArch(t, arch, false)
+		if err := m.CanTrain(); err != nil {
+			t.Errorf("%s: %v", arch, err)
+		}
+	}
+}
+
+// writeMamba writes a one-layer mamba model (a recurrent state instead of a
+// KV cache) with the tiny vocabulary.
+func writeMamba(t *testing.T) string {
+	t.Helper()
+	tokens, scores, types := modelgen.Vocab(modelgen.Tiny())
+	const e, inner, conv, state, dtRank = 16, 32, 4, 4, 2
+	w := llama.NewGGUFWriter()
+	defer w.Close()
+	w.SetString("general.architecture", "mamba")
+	w.SetString("general.name", "confclip-tiny-mamba")
+	w.SetUint32("mamba.context_length", 256)
+	w.SetUint32("mamba.embedding_length", e)
+	w.SetUint32("mamba.block_count", 1)
+	w.SetUint32("mamba.feed_forward_length", 0)
+	w.SetUint32("mamba.attention.head_count", 1) // unused by mamba
+	w.SetUint32("mamba.ssm.conv_kernel", conv)
+	w.SetUint32("mamba.ssm.inner_size", inner)
+	w.SetUint32("mamba.ssm.state_size", state)
+	w.SetUint32("mamba.ssm.time_step_rank", dtRank)
+	w.SetFloat32("mamba.attention.layer_norm_rms_epsilon", 1e-5)
+	w.SetString("tokenizer.ggml.model", "llama")
+	w.SetStrings("tokenizer.ggml.tokens", tokens)
+	w.SetFloat32s("tokenizer.ggml.scores", scores)
+	w.SetInt32s("tokenizer.ggml.token_type", types)
+	w.SetUint32("tokenizer.ggml.bos_token_id", 1)
+	w.SetUint32("tokenizer.ggml.eos_token_id", 2)
+	v := int64(len(tokens))
+	for _, ts := range []struct {
+		name  string
+		shape []int64
+	}{
+		{"token_embd.weight", []int64{e, v}}, {"output_norm.weight", []int64{e}}, {"output.weight", []int64{e, v}},
+		{"blk.0.attn_norm.weight", []int64{e}}, {"blk.0.ssm_in.weight", []int64{e, 2 * inner}},
+		{"blk.0.ssm_conv1d.weight", []int64{conv, inner}}, {"blk.0.ssm_conv1d.bias", []int64{inner}},
+		{"blk.0.ssm_x.weight", []int64{inner, dtRank + 2*state}}, {"blk.0.ssm_dt.weight", []int64{dtRank, inner}},
+		{"blk.0.ssm_dt.bias", []int64{inner}}, {"blk.0.ssm_a", []int64{state, inner}}, {"blk.0.ssm_d", []int64{inner}},
+		{"blk.0.ssm_out.weight", []int64{inner, e}},
+	} {
+		n := int64(1)
+		for _, d := range ts.shape {
+			n *= d
+		}
+		data := make([]float32, n)
+		for i := range data {
+			data[i] = float32(i%7-3) * 0.05
+		}
+		w.AddTensorF32(ts.name, ts.shape, data)
+	}
+	path := filepath.Join(t.TempDir(), "mamba.gguf")
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestArchRecurrentRefused: a recurrent model (mamba) loads and decodes, but
+// training it is refused with the reason, by CreateLoRA and by the full
+// trainer, before any graph is built.
+func TestArchRecurrentRefused(t *testing.T) {
+	path := writeMamba(t)
+	m, err := llama.LoadModel(path, llama.ModelParams{NoMmap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	err = m.CanTrain()
+	if err == nil || !strings.Contains(err.Error(), "mamba") || !strings.Contains(err.Error(), "recurrent") {
+		t.Fatalf("want a refusal naming mamba and its recurrent state, got %v", err)
+	}
+	if err := CreateLoRA(m, filepath.Join(t.TempDir(), "a.gguf"), LoRAConfig{Rank: 2, Alpha: 4}); err == nil || !strings.Contains(err.Error(), "recurrent") {
+		t.Fatalf("CreateLoRA: %v", err)
+	}
+	if _, err := NewFullTrainer(m, []string{"blk.0.ssm_in.weight"}, testConfig()); err == nil || !strings.Contains(err.Error(), "recurrent") {
+		t.Fatalf("NewFullTrainer: %v", err)
+	}
+}
