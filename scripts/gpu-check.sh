@@ -40,7 +40,7 @@ make --no-print-directory GGML_$backend=ON bench-gpu >"$log/bench.txt" 2>&1 || b
   echo
   echo "| check | result |"
   echo "|---|---|"
-  grep -hE -- '^--- (PASS|FAIL)' "$log/tests-verbose.txt" | sed -E 's/^--- (PASS|FAIL): (\S+) \((.*)\)/| \2 | \1 (\3) |/'
+  grep -hE -- '^ *--- (PASS|FAIL|SKIP)' "$log/tests-verbose.txt" | sed -E 's/^ *--- (PASS|FAIL|SKIP): (\S+) \((.*)\)/| \2 | \1 (\3) |/'
   grep -hE 'identical to the CPU|teacher-forced log-prob|gradient relative error|mean log-prob|training graphs on' "$log/tests-verbose.txt" \
     | sed -E 's/^ *[a-z_]+\.go:[0-9]+: //; s/^/| measured | /; s/$/ |/'
   grep -hE '^(rollout|training step) ' "$log/bench.txt" | sed -E 's/^/| benchmark | /; s/$/ |/'
