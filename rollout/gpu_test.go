@@ -54,17 +54,20 @@ func TestGPUGreedyRolloutsMatchCPU(t *testing.T) {
 			if len(recs[0]) != len(recs[1]) {
 				t.Fatalf("CPU %d records, %s %d", len(recs[0]), gpu.Name, len(recs[1]))
 			}
-			dlp, tokens := 0.0, 0
+			dlp, tokens, differ := 0.0, 0, 0
 			for k, c := range recs[0] {
 				g := recs[1][k]
 				if !equalInts(c.Tokens, g.Tokens) {
-					t.Fatalf("%s/%d: CPU tokens %v, %s %v", c.PromptID, c.Sample, c.Tokens, gpu.Name, g.Tokens)
+					t.Logf("%s/%d: CPU tokens %v, %s %v", c.PromptID, c.Sample, c.Tokens, gpu.Name, g.Tokens)
+					differ++
+					continue
 				}
 				for j := range c.Logprobs {
 					dlp = math.Max(dlp, math.Abs(c.Logprobs[j]-g.Logprobs[j]))
 				}
 				tokens += len(c.Tokens)
 			}
+			testutil.Bound(t, gpu, fmt.Sprintf("the number of %d greedy rollouts not token-identical to the CPU's", len(recs[0])), float64(differ), 0)
 			t.Logf("%s on %s: %d greedy tokens identical to the CPU's, max |Δ log p| %.3g", tc.name, gpu.Name, tokens, dlp)
 			testutil.Bound(t, gpu, tc.name+" greedy rollouts' max |Δ log p| against the CPU", dlp, 1e-2)
 		})
