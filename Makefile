@@ -2,16 +2,24 @@
 #   make            llama.cpp static libraries + bin/confclip
 #   make test       all tests
 #   make bench      the benchmarks (and the verifier fuzz test)
+#   make bench-gpu  GPU against CPU benchmarks (a GPU build: GGML_VULKAN=ON, GGML_CUDA=ON)
 #   make demo       the self-contained demo
-# Pass-through options: GGML_CUDA=ON, GGML_BLAS=ON (libopenblas-dev),
-# PORTABLE=1 (no -march=native), CMAKE_ARGS=... for anything else.
+# Pass-through options: GGML_VULKAN=ON (glslc, libvulkan-dev; installed from
+# Debian's packages when run as root), GGML_CUDA=ON (the CUDA toolkit),
+# GGML_BLAS=ON (libopenblas-dev), PORTABLE=1 (no -march=native),
+# CMAKE_ARGS=... for anything else. A build with a backend option keeps its
+# libraries in its own folder (build-vulkan, build-cuda, ...), so the CPU
+# build in build/ stays; bin/confclip is linked against the last one built.
+# docs/gpu.md says more.
 
 SHELL      := /bin/bash
 GO         ?= go
 JOBS       ?= $(shell nproc)
-BUILD      := build
+VARIANT    := $(if $(filter ON,$(GGML_CUDA)),-cuda)$(if $(filter ON,$(GGML_VULKAN)),-vulkan)$(if $(filter ON,$(GGML_BLAS)),-blas)
+BUILD      := build$(VARIANT)
 LIBDIR     := $(BUILD)/lib
 GGML_CUDA  ?= OFF
+GGML_VULKAN ?= OFF
 GGML_BLAS  ?= OFF
 PORTABLE   ?= 0
 NATIVE     := $(if $(filter 1,$(PORTABLE)),OFF,ON)
@@ -19,13 +27,32 @@ CMAKE_ARGS ?=
 
 LIBS := $(LIBDIR)/libllama.a $(LIBDIR)/libggml.a $(LIBDIR)/libggml-base.a $(LIBDIR)/libggml-cpu.a
 
-# Extra link flags for optional backends (cgo's own flags are in llama/llama.go).
-EXTRA_LDFLAGS :=
+# Optional backends: their static libraries and the system libraries they need.
+BACKEND_LIBS :=
+SYSTEM_LIBS  :=
 ifeq ($(GGML_CUDA),ON)
-EXTRA_LDFLAGS += -L$(CURDIR)/$(LIBDIR) -lggml-cuda -L/usr/local/cuda/lib64 -L/usr/local/cuda/lib64/stubs -lcudart -lcublas -lcublasLt -lcuda
+BACKEND_LIBS += ggml-cuda
+SYSTEM_LIBS  += -L/usr/local/cuda/lib64 -L/usr/local/cuda/lib64/stubs -lcudart -lcublas -lcublasLt -lcuda
+endif
+ifeq ($(GGML_VULKAN),ON)
+BACKEND_LIBS += ggml-vulkan
+SYSTEM_LIBS  += -lvulkan
 endif
 ifeq ($(GGML_BLAS),ON)
-EXTRA_LDFLAGS += -L$(CURDIR)/$(LIBDIR) -lggml-blas -lopenblas
+BACKEND_LIBS += ggml-blas
+SYSTEM_LIBS  += -lopenblas
+endif
+LIBS += $(foreach l,$(BACKEND_LIBS),$(LIBDIR)/lib$(l).a)
+
+# cgo's own flags (llama/llama.go) link build/lib, the CPU build. A variant's
+# whole link line goes first, in one group: libggml refers to the backend
+# libraries and they to libggml-base, so static archives in any other order
+# leave symbols undefined; once these resolve everything, the CPU libraries
+# named later add nothing.
+EXTRA_LDFLAGS :=
+ifneq ($(VARIANT),)
+EXTRA_LDFLAGS := -L$(CURDIR)/$(LIBDIR) -Wl,--start-group -lllama -lggml $(addprefix -l,$(BACKEND_LIBS)) \
+  -lggml-cpu -lggml-base -Wl,--end-group $(SYSTEM_LIBS)
 endif
 export CGO_LDFLAGS := $(EXTRA_LDFLAGS) $(CGO_LDFLAGS)
 export CGO_ENABLED := 1
@@ -39,7 +66,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: all llama test test-go bench demo clean distclean cmake
+.PHONY: all llama test test-go bench bench-gpu demo clean distclean cmake vulkan-deps
 
 all: bin/confclip
 
@@ -50,16 +77,32 @@ cmake:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null) || exit 1; \
 	  else echo "cmake is missing: install it (for example: sudo apt-get install cmake)" >&2; exit 1; fi; }
 
+# The Vulkan backend needs glslc (shader compiler), the Vulkan headers and
+# loader, and a Vulkan driver to run on (mesa's: lavapipe, a software device,
+# and the radv/anv drivers for AMD and Intel GPUs). As root on Debian, the
+# missing ones are installed; otherwise the command to run is printed.
+VULKAN_ICDS := /usr/share/vulkan/icd.d /etc/vulkan/icd.d
+vulkan-deps:
+	@pkgs=""; \
+	command -v glslc >/dev/null 2>&1 || pkgs="$$pkgs glslc"; \
+	[ -f /usr/include/vulkan/vulkan.hpp ] && ldconfig -p | grep -q 'libvulkan\.so ' || pkgs="$$pkgs libvulkan-dev"; \
+	ls $(addsuffix /*.json,$(VULKAN_ICDS)) 2>/dev/null | grep -q . || pkgs="$$pkgs mesa-vulkan-drivers"; \
+	[ -z "$$pkgs" ] && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "vulkan: installing$$pkgs from Debian's packages" >&2; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs >/dev/null) || exit 1; \
+	else echo "the Vulkan build needs$$pkgs: install them (for example: sudo apt-get install$$pkgs)" >&2; exit 1; fi
+
 third_party/llama.cpp/.stamp: scripts/llama-source.sh $(wildcard third_party/patches/*.patch)
 	@bash scripts/llama-source.sh
 
 llama: $(LIBS)
 
-$(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt | cmake
+$(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt | cmake $(if $(filter ON,$(GGML_VULKAN)),vulkan-deps)
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=$(NATIVE) \
-	  -DGGML_CUDA=$(GGML_CUDA) -DGGML_BLAS=$(GGML_BLAS) $(CMAKE_ARGS) >$(BUILD).cmake.log 2>&1 \
+	  -DGGML_CUDA=$(GGML_CUDA) -DGGML_VULKAN=$(GGML_VULKAN) -DGGML_BLAS=$(GGML_BLAS) $(CMAKE_ARGS) >$(BUILD).cmake.log 2>&1 \
 	  || { cat $(BUILD).cmake.log; exit 1; }
-	@echo "llama.cpp: building static libraries (a cold build takes a few minutes)" >&2
+	@echo "llama.cpp: building static libraries in $(BUILD) (a cold build takes a few minutes$(if $(filter ON,$(GGML_VULKAN)),; the Vulkan shaders some more))" >&2
 	@cmake --build $(BUILD) -j $(JOBS) --target llama >$(BUILD).build.log 2>&1 \
 	  || { tail -40 $(BUILD).build.log; echo "llama.cpp build failed: see $(BUILD).build.log" >&2; exit 1; }
 	@mkdir -p $(LIBDIR)
@@ -98,6 +141,11 @@ bench: $(LIBS)
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -fuzz FuzzPrecheckGGUF -fuzztime $(GGUF_FUZZTIME) -fuzzminimizetime 5s ./llama
+
+# GPU against CPU: rollouts and training steps with every layer on the first
+# GPU against the CPU, in one run each (scripts/gpu-check.sh).
+bench-gpu: $(LIBS)
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench BenchmarkGPU -benchtime 3x -timeout 30m ./rollout ./train
 
 # The demo: a synthetic word-problem task, a small model trained for it from
 # scratch with llama.cpp's training code (kept in build/demo: delete it to

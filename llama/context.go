@@ -89,6 +89,7 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 	cp.n_threads = C.int32_t(p.Threads)
 	cp.n_threads_batch = C.int32_t(p.Threads)
 	cp.no_perf = true
+	cp.op_offload = C.bool(m.opOffload)
 	if p.TrainingGraphs {
 		cp.n_graph_nodes_mult = 8
 	}

@@ -18,12 +18,16 @@ import (
 
 // ModelParams says how to load a model.
 type ModelParams struct {
-	GPULayers int  // layers to offload to the GPU; -1 = all, 0 = none
+	GPULayers int // layers to offload to the GPU; -1 = all, 0 = none (CPU only)
+	// Device names the one device to offload to ("Vulkan0", "CUDA1"; see
+	// Devices); "" = every GPU, "CPU" = none.
+	Device string
+	// OpOffload lets large matrix products of CPU layers run on the GPU
+	// (llama.cpp's op offload). It is always on with GPU layers; with none it
+	// is off unless set here, so that GPULayers 0 means CPU only.
+	OpOffload bool
 	NoMmap    bool // read the file instead of mapping it
 	VocabOnly bool // load only the tokenizer (vocab-only GGUF files)
-	// Device names the one ggml backend device to offload to ("CUDA0",
-	// "Metal"; Backends lists them); "" lets llama.cpp use every device.
-	Device string
 }
 
 // Model is a loaded GGUF model. It is read-only after loading and may be
@@ -36,6 +40,8 @@ type Model struct {
 	// vocabOnly models have no hyperparameters; llama.cpp aborts when asked
 	// for them, so Info leaves them zero.
 	vocabOnly bool
+	opOffload bool     // see ModelParams.OpOffload
+	devices   []Device // the GPUs it may use (Devices)
 	cleanup   runtime.Cleanup
 }
 
@@ -68,25 +74,16 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	if p.GPULayers < 0 {
 		mp.n_gpu_layers = 999
 	}
+	devs, gpus, err := selectDevices(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if devs != nil {
+		defer C.free(unsafe.Pointer(devs))
+		mp.devices = devs
+	}
 	mp.use_mmap = C.bool(!p.NoMmap)
 	mp.vocab_only = C.bool(p.VocabOnly)
-	if p.Device != "" {
-		Init()
-		cdev := C.CString(p.Device)
-		dev := C.ggml_backend_dev_by_name(cdev)
-		C.free(unsafe.Pointer(cdev))
-		if dev == nil {
-			return nil, fmt.Errorf("device %q: not one of this build's devices (%s)", p.Device, strings.Join(Backends(), ", "))
-		}
-		// llama.cpp reads the NULL-terminated list during the load only.
-		devs := (*[2]C.ggml_backend_dev_t)(C.malloc(C.size_t(2 * unsafe.Sizeof(dev))))
-		if devs == nil {
-			return nil, errors.New("out of memory")
-		}
-		defer C.free(unsafe.Pointer(devs))
-		devs[0], devs[1] = dev, nil
-		mp.devices = &devs[0]
-	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var m *C.struct_llama_model
@@ -94,7 +91,8 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	if m == nil {
 		return nil, fileErr(path, "%s", because("llama.cpp could not load the model (architecture "+arch+")", msg))
 	}
-	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly}
+	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly,
+		opOffload: p.GPULayers != 0 || p.OpOffload, devices: gpus}
 	model.nv = int(C.llama_vocab_n_tokens(model.vocab))
 	model.cleanup = runtime.AddCleanup(model, func(m *C.struct_llama_model) { C.llama_model_free(m) }, m)
 	return model, nil

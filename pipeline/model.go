@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/confclip/confclip/dataset"
@@ -39,6 +40,13 @@ func OpenModel(cfg ModelConfig) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{cfg: cfg, llm: llm}
+	for _, d := range llm.Devices() {
+		if d.Backend == "Vulkan" {
+			// Measured on lavapipe; not yet checked on a real GPU (docs/gpu.md).
+			slog.Warn("on a Vulkan device, teacher-forced log-probs and training gradients disagree with the CPU's (docs/gpu.md); use gpu_layers = 0 to train or teacher-force", "device", d.Name)
+			break
+		}
+	}
 	if cfg.Adapter != "" {
 		if err := m.LoadAdapter(cfg.Adapter); err != nil {
 			m.Close()

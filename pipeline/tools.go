@@ -23,12 +23,15 @@ type BuildInfo struct {
 	BuildStamp  string   `json:"build_stamp"`
 	Backends    []string `json:"backends"` // ggml devices, the names model.device takes
 	System      string   `json:"system"`   // compiled backends and CPU features
+	// Devices are the devices the compiled backends found, with their memory.
+	Devices []llama.Device `json:"devices"`
 }
 
 // Build returns what the program is linked with.
 func Build() BuildInfo {
 	return BuildInfo{GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
-		LlamaCommit: llama.LlamaCommit, BuildStamp: llama.BuildStamp, Backends: llama.Backends(), System: llama.SystemInfo()}
+		LlamaCommit: llama.LlamaCommit, BuildStamp: llama.BuildStamp, Backends: llama.Backends(), System: llama.SystemInfo(),
+		Devices: llama.Devices()}
 }
 
 // FileInfo is what Inspect reads from a GGUF file: a model's metadata, or

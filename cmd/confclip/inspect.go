@@ -19,7 +19,7 @@ func init() {
 	register(func() *cli.Command {
 		return &cli.Command{
 			Name:  "version",
-			Usage: "print the program version, the llama.cpp commit, compiled backends (the names --device takes) and CPU features",
+			Usage: "print the program version, the llama.cpp commit, compiled backends, the devices they found (the names --device takes) with their memory, and CPU features",
 			Action: func(ctx context.Context, c *cli.Command) error {
 				if _, err := loadConfig(c); err != nil {
 					return err
@@ -29,6 +29,10 @@ func init() {
 				fmt.Fprintf(w, "confclip %s (%s, %s)\n", Version, b.Platform, b.GoVersion)
 				fmt.Fprintf(w, "llama.cpp %s (libraries %s)\n", b.LlamaCommit, b.BuildStamp)
 				fmt.Fprintf(w, "backends: %s\n", strings.Join(b.Backends, ", "))
+				fmt.Fprintln(w, "devices:")
+				for _, d := range b.Devices {
+					fmt.Fprintf(w, "  %s (%s, %s backend): %s, %d MiB free of %d MiB\n", d.Name, d.Type, d.Backend, d.Description, d.MemFree>>20, d.MemTotal>>20)
+				}
 				fmt.Fprintf(w, "system: %s\n", b.System)
 				return nil
 			},
