@@ -26,6 +26,9 @@ type ContextParams struct {
 	// TrainingGraphs sizes the compute graph for PGEval's backward pass
 	// (several times the forward graph's nodes).
 	TrainingGraphs bool
+	// Profile times every ggml op the context computes (Context.Profile);
+	// each node then runs on its own, which costs a little time.
+	Profile bool
 }
 
 // Context is a model's inference state: the KV cache and the compute
@@ -36,6 +39,7 @@ type Context struct {
 	nctx  int
 	nbat  int
 	nseq  int
+	prof  *profState // nil unless ContextParams.Profile
 }
 
 var kvTypes = map[string]C.enum_ggml_type{
@@ -110,12 +114,17 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 		}
 		*kv.dst = t
 	}
+	var prof *profState
+	if p.Profile {
+		prof = newProfile(&cp)
+	}
 	takeError()
 	c := C.llama_init_from_model(m.m, cp)
 	if c == nil {
+		C.free(unsafe.Pointer(prof))
 		return nil, fmt.Errorf("llama: %s", withCause("creating the context failed"))
 	}
-	ctx := &Context{model: m, c: c, nctx: int(C.llama_n_ctx(c)), nbat: int(C.llama_n_batch(c)), nseq: p.NSeqMax}
+	ctx := &Context{model: m, c: c, nctx: int(C.llama_n_ctx(c)), nbat: int(C.llama_n_batch(c)), nseq: p.NSeqMax, prof: prof}
 	runtime.SetFinalizer(ctx, (*Context).Close)
 	return ctx, nil
 }
@@ -125,6 +134,8 @@ func (c *Context) Close() {
 	if c.c != nil {
 		C.llama_free(c.c)
 		c.c = nil
+		C.free(unsafe.Pointer(c.prof))
+		c.prof = nil
 	}
 }
 
@@ -161,6 +172,7 @@ func (c *Context) Decode(b *Batch) error {
 	if b.n > c.nbat {
 		return fmt.Errorf("llama: batch of %d tokens exceeds the context's batch size %d", b.n, c.nbat)
 	}
+	c.profStart()
 	nv := int32(c.model.nv)
 	toks := unsafe.Slice(b.b.token, b.n)
 	pos := unsafe.Slice(b.b.pos, b.n)
