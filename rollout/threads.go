@@ -1,0 +1,29 @@
+package rollout
+
+import (
+	"runtime"
+
+	"github.com/confclip/confclip/llama"
+)
+
+// ParamsPerThread is how many model parameters one more decoding thread
+// needs before it pays for itself. A decode step's work grows with the
+// parameters while the threads' synchronisation (a barrier per graph node)
+// does not: on a small model the second thread only adds waiting, and on a
+// shared machine a thread that is descheduled holds the others at every
+// barrier. BenchmarkThreadsCrossover measures generation with one thread
+// against all cores over a ladder of model sizes; this is the size below
+// which one thread won there (docs/training-speed.md).
+const ParamsPerThread = 4_000_000
+
+// DefaultThreads is the thread count for a model when none is given: one
+// thread per ParamsPerThread parameters, at least one and at most the
+// machine's cores.
+func DefaultThreads(m *llama.Model) int {
+	return threadsFor(m.Info().Params, runtime.NumCPU())
+}
+
+func threadsFor(params uint64, cores int) int {
+	n := int(params / ParamsPerThread)
+	return max(1, min(n, cores))
+}
