@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/confclip/confclip/dataset"
@@ -34,6 +35,9 @@ type TrainOptions struct {
 	Steps      int // optimiser steps over the data (1 = one on-policy step)
 	// Progress, when set, is called after each step.
 	Progress func(step int, st train.StepStats)
+	// Profile, when set, receives the time and bytes by ggml op, forward
+	// and backward, of the steps (llama.WriteProfile's table).
+	Profile io.Writer
 }
 
 // TrainSummary is what a `confclip train` run did.
@@ -99,7 +103,9 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, err
 	}
 	defer a.Close()
-	tr, err := train.NewLoRATrainer(m, a, TrainerConfig(cfg))
+	tcfg := TrainerConfig(cfg)
+	tcfg.Profile = o.Profile != nil
+	tr, err := train.NewLoRATrainer(m, a, tcfg)
 	if err != nil {
 		return sum, err
 	}
@@ -113,6 +119,11 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		sum.Steps = append(sum.Steps, st)
 		if o.Progress != nil {
 			o.Progress(i+1, st)
+		}
+	}
+	if o.Profile != nil {
+		if err := llama.WriteProfile(o.Profile, tr.Profile()); err != nil {
+			return sum, err
 		}
 	}
 	if err := train.SaveLoRA(a, m.Architecture(), o.AdapterOut); err != nil {

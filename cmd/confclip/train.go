@@ -32,6 +32,7 @@ func init() {
 			&cli.IntFlag{Name: "steps", Value: 1, Usage: "optimiser steps over the data"},
 			&cli.IntFlag{Name: "threads", Usage: "CPU threads (default: all cores)"},
 			&cli.StringFlag{Name: "summary", Usage: "write a JSON summary to `FILE`"},
+			&cli.BoolFlag{Name: "profile", Usage: "print the time and bytes by ggml op (forward and backward) of the steps to stderr"},
 		},
 		Action: trainCmd,
 	})
@@ -54,7 +55,7 @@ func trainCmd(c *cli.Context) error {
 	flagInt(c, "threads", &cfg.Model.Threads)
 	sum, err := pipeline.Train(c.Context, pipeline.TrainOptions{
 		Config: cfg, Data: c.String("data"), AdapterIn: c.String("adapter-in"), AdapterOut: c.String("adapter-out"),
-		Steps: c.Int("steps"),
+		Steps: c.Int("steps"), Profile: profileTo(c),
 		Progress: func(step int, st train.StepStats) {
 			fmt.Fprintf(os.Stderr, "step %d: loss %.5f, grad norm %.4g%s, %d sequences, %d tokens in %d micro-batches, %.0f tokens/s\n",
 				step, st.Loss, st.GradNorm, map[bool]string{true: " (clipped)"}[st.Clipped], st.Sequences, st.AllTokens, st.MicroBatches, st.TokensPerSec)
@@ -67,6 +68,14 @@ func trainCmd(c *cli.Context) error {
 	fmt.Println(string(b))
 	if p := c.String("summary"); p != "" {
 		return pipeline.WriteFileAtomic(p, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+	}
+	return nil
+}
+
+// profileTo is where --profile prints: stderr, or nowhere.
+func profileTo(c *cli.Context) io.Writer {
+	if c.Bool("profile") {
+		return os.Stderr
 	}
 	return nil
 }
