@@ -92,7 +92,8 @@ test: $(LIBS)
 # The GGUF pre-check's fuzzing (every accepted input is loaded by llama.cpp
 # in a child process); issue 13 asks for at least 10 minutes.
 GGUF_FUZZTIME ?= 10m
-bench: $(LIBS)
+# The training benchmark runs bin/confclip train for its peak memory.
+bench: $(LIBS) bin/confclip
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers

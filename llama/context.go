@@ -56,6 +56,11 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 	if m.vocabOnly {
 		return nil, fmt.Errorf("%s: loaded vocab-only; a context needs the weights", m.path)
 	}
+	if p.TrainingGraphs && m.repacked {
+		// ggml's scheduler would abort: no backend runs the backward
+		// product (OUT_PROD) on a repacked weight.
+		return nil, fmt.Errorf("%s: its Q4_0/Q4_K/Q2_K/IQ4_NL weights were repacked for the CPU at load; training over them needs the model loaded with NoRepack", m.path)
+	}
 	if p.NCtx < 0 || p.NBatch < 0 || p.NUBatch < 0 || p.NSeqMax < 0 {
 		return nil, fmt.Errorf("llama: negative context size in %+v", p)
 	}

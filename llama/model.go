@@ -24,6 +24,12 @@ type ModelParams struct {
 	// Device names the one ggml backend device to offload to ("CUDA0",
 	// "Metal"; Backends lists them); "" lets llama.cpp use every device.
 	Device string
+	// NoRepack keeps quantized weights in the file's layout. By default
+	// llama.cpp repacks Q4_0, Q4_K, Q2_K and IQ4_NL weights for the CPU's
+	// matrix products, a layout only the forward product reads: a training
+	// context (LoRA over a quantized base) needs the model loaded with
+	// NoRepack, and NewContext refuses one without it.
+	NoRepack bool
 }
 
 // Model is a loaded GGUF model. It is read-only after loading and may be
@@ -36,6 +42,7 @@ type Model struct {
 	// vocabOnly models have no hyperparameters; llama.cpp aborts when asked
 	// for them, so Info leaves them zero.
 	vocabOnly bool
+	repacked  bool // weights of a repackable type loaded without NoRepack
 }
 
 // Token is a vocabulary id.
@@ -51,6 +58,13 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	arch := g.String("general.architecture")
 	kind := g.String("general.type")
 	nTensors := len(g.Tensors())
+	repackable := false
+	for _, t := range g.Tensors() {
+		switch t.Type {
+		case "q4_0", "q4_K", "q2_K", "iq4_nl":
+			repackable = true
+		}
+	}
 	g.Close()
 	if arch == "" {
 		return nil, fileErr(path, "no general.architecture key: not a model file")
@@ -69,6 +83,9 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	}
 	mp.use_mmap = C.bool(!p.NoMmap)
 	mp.vocab_only = C.bool(p.VocabOnly)
+	if p.NoRepack {
+		mp.use_extra_bufts = false
+	}
 	if p.Device != "" {
 		Init()
 		cdev := C.CString(p.Device)
@@ -93,7 +110,8 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	if m == nil {
 		return nil, fileErr(path, "%s", withCause("llama.cpp could not load the model (architecture "+arch+")"))
 	}
-	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly}
+	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly,
+		repacked: repackable && !p.NoRepack}
 	model.nv = int(C.llama_vocab_n_tokens(model.vocab))
 	runtime.SetFinalizer(model, (*Model).Close)
 	return model, nil

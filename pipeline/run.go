@@ -94,7 +94,9 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		return res, err
 	}
 
-	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers})
+	// NoRepack: the trainer shares the model, and a repacked quantized
+	// weight has no backward product.
+	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers, NoRepack: true})
 	if err != nil {
 		return res, err
 	}

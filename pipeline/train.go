@@ -79,7 +79,8 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, fmt.Errorf("%s: no training examples", o.Data)
 	}
 	sum.Examples = len(recs)
-	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers})
+	// NoRepack: a repacked quantized weight has no backward product.
+	m, err := llama.LoadModel(cfg.Model.Path, llama.ModelParams{GPULayers: cfg.Model.GPULayers, NoRepack: true})
 	if err != nil {
 		return sum, err
 	}
