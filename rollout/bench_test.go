@@ -227,7 +227,9 @@ func BenchmarkThreads(b *testing.B) {
 			var r1, ra float64
 			var ratios []float64
 			b.ResetTimer()
-			for i := range b.N * 3 {
+			// 3 pairs per b.N, and more on a small model until 3 s are spent
+			t0 := time.Now()
+			for i := 0; i < 3*b.N || time.Since(t0) < 3*time.Second; i++ {
 				var p1, pa float64
 				if i%2 == 0 {
 					p1 = rate(func() int { return timeGenerate(b, one, bm.prompt) })

@@ -11,10 +11,12 @@ import (
 // parameters while the threads' synchronisation (a barrier per graph node)
 // does not: on a small model the second thread only adds waiting, and on a
 // shared machine a thread that is descheduled holds the others at every
-// barrier. BenchmarkThreadsCrossover measures generation with one thread
-// against all cores over a ladder of model sizes; this is the size below
-// which one thread won there (docs/training-speed.md).
-const ParamsPerThread = 4_000_000
+// barrier. BenchmarkThreads measures generation with one thread against all
+// cores over a ladder of model sizes: on 2 cores one thread won at 0.13M
+// and 0.29M parameters (tiny, stories260K) and two threads from 0.55M up,
+// so two threads start at 2 x 250K (docs/training-speed.md). More cores
+// than two are given the same share per thread, which is not measured.
+const ParamsPerThread = 250_000
 
 // DefaultThreads is the thread count for a model when none is given: one
 // thread per ParamsPerThread parameters, at least one and at most the
