@@ -12,11 +12,11 @@ import (
 // does not: on a small model the second thread only adds waiting, and on a
 // shared machine a thread that is descheduled holds the others at every
 // barrier. BenchmarkThreads measures generation with one thread against all
-// cores over a ladder of model sizes: on 2 cores one thread won at 0.13M
-// and 0.29M parameters (tiny, stories260K) and two threads from 0.55M up,
-// so two threads start at 2 x 250K (docs/training-speed.md). More cores
-// than two are given the same share per thread, which is not measured.
-const ParamsPerThread = 250_000
+// cores over a ladder of model sizes: on 2 cores (load average 7) one thread
+// won up to 5.2M parameters and two from 15.9M, so two threads start at
+// 2 x 5M (docs/training-speed.md). More cores than two are given the same
+// share per thread, which is not measured.
+const ParamsPerThread = 5_000_000
 
 // DefaultThreads is the thread count for a model when none is given: one
 // thread per ParamsPerThread parameters, at least one and at most the
