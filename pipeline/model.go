@@ -35,7 +35,7 @@ func OpenModel(cfg ModelConfig) (*Model, error) {
 	if cfg.Path == "" {
 		return nil, ErrNoModel
 	}
-	llm, err := llama.LoadModel(cfg.Path, llama.ModelParams{GPULayers: cfg.GPULayers, Device: cfg.Device})
+	llm, err := llama.LoadModel(cfg.Path, llama.ModelParams{GPULayers: cfg.GPULayers, Device: cfg.Device, NoRepack: cfg.NoRepack})
 	if err != nil {
 		return nil, err
 	}
