@@ -37,9 +37,6 @@ type ModelConfig struct {
 	// Device is the ggml backend device to run on ("CUDA0", "Metal", "CPU";
 	// `confclip version` lists them); "" = llama.cpp's choice.
 	Device string `toml:"device"`
-	// NoRepack loads quantized weights without the CPU repacking (set by
-	// the stages that train: a repacked weight has no backward product).
-	NoRepack bool `toml:"-"`
 	// ChatTemplate is a chat template's text or a built-in name ("chatml",
 	// "llama3", ...) for models without one; "" = the model's own.
 	ChatTemplate string `toml:"chat_template"`

@@ -147,9 +147,8 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	}
 	sum.Examples = len(recs)
 	mc := cfg.Model
-	mc.Adapter = ""    // the adapter trained here is loaded below
-	mc.NoRepack = true // a repacked quantized weight has no backward product
-	h, err := OpenModel(mc)
+	mc.Adapter = ""               // the adapter trained here is loaded below
+	h, err := openModelFor(mc, true) // no repacking: a repacked quantized weight has no backward product
 	if err != nil {
 		return sum, err
 	}
