@@ -136,7 +136,8 @@ test: $(LIBS)
 # in a child process, which must not crash; minimising a new corpus entry is
 # kept short, since each try that passes the pre-check costs a child process).
 GGUF_FUZZTIME ?= 10m
-bench: $(LIBS)
+# The training benchmark runs bin/confclip train for its peak memory.
+bench: $(LIBS) bin/confclip
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers

@@ -78,6 +78,10 @@ func BenchmarkGoAgainstC(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
+	// KV types and flash attention left empty: llama.cpp's defaults (F16
+	// cache, flash attention auto), as a llama.cpp user gets them; the
+	// rollout engine's own settings (F32 cache, no flash attention) are
+	// compared with both in rollout's BenchmarkEngineVsReference.
 	c, err := llama.NewContext(m, llama.ContextParams{NCtx: 512, NBatch: 512, Threads: runtime.NumCPU()})
 	if err != nil {
 		b.Fatal(err)

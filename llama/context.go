@@ -26,6 +26,9 @@ type ContextParams struct {
 	// TrainingGraphs sizes the compute graph for PGEval's backward pass
 	// (several times the forward graph's nodes).
 	TrainingGraphs bool
+	// Profile times every ggml op the context computes (Context.Profile);
+	// each node then runs on its own, which costs a little time.
+	Profile bool
 }
 
 // Context is a model's inference state: the KV cache and the compute
@@ -36,6 +39,7 @@ type Context struct {
 	nctx    int
 	nbat    int
 	nseq    int
+	prof    *profState // nil unless ContextParams.Profile
 	cleanup runtime.Cleanup
 }
 
@@ -44,6 +48,7 @@ type Context struct {
 type ctxState struct {
 	c *C.struct_llama_context
 	m *Model
+	p *profState
 }
 
 var kvTypes = map[string]C.enum_ggml_type{
@@ -59,6 +64,11 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 	}
 	if m.vocabOnly {
 		return nil, fmt.Errorf("%s: loaded vocab-only; a context needs the weights", m.path)
+	}
+	if p.TrainingGraphs && m.repacked {
+		// ggml's scheduler would abort: no backend runs the backward
+		// product (OUT_PROD) on a repacked weight.
+		return nil, fmt.Errorf("%s: its Q4_0/Q4_K/Q2_K/IQ4_NL weights were repacked for the CPU at load; training over them needs the model loaded with NoRepack", m.path)
 	}
 	if p.NCtx < 0 || p.NBatch < 0 || p.NUBatch < 0 || p.NSeqMax < 0 {
 		return nil, fmt.Errorf("llama: negative context size in %+v", p)
@@ -119,13 +129,18 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 		}
 		*kv.dst = t
 	}
+	var prof *profState
+	if p.Profile {
+		prof = newProfile(&cp)
+	}
 	var c *C.struct_llama_context
 	msg := call(func() { c = C.llama_init_from_model(m.m, cp) })
 	if c == nil {
+		C.free(unsafe.Pointer(prof))
 		return nil, fmt.Errorf("llama: %s", because("creating the context failed", msg))
 	}
-	ctx := &Context{model: m, c: c, nctx: int(C.llama_n_ctx(c)), nbat: int(C.llama_n_batch(c)), nseq: p.NSeqMax}
-	ctx.cleanup = runtime.AddCleanup(ctx, func(s ctxState) { C.llama_free(s.c) }, ctxState{c, m})
+	ctx := &Context{model: m, c: c, nctx: int(C.llama_n_ctx(c)), nbat: int(C.llama_n_batch(c)), nseq: p.NSeqMax, prof: prof}
+	ctx.cleanup = runtime.AddCleanup(ctx, func(s ctxState) { C.llama_free(s.c); C.free(unsafe.Pointer(s.p)) }, ctxState{c, m, prof})
 	return ctx, nil
 }
 
@@ -137,6 +152,8 @@ func (c *Context) Close() error {
 		c.cleanup.Stop()
 		C.llama_free(c.c)
 		c.c = nil
+		C.free(unsafe.Pointer(c.prof))
+		c.prof = nil
 	}
 	return nil
 }
@@ -185,6 +202,7 @@ func (c *Context) Decode(b *Batch) error {
 	if b.n > c.nbat {
 		return fmt.Errorf("llama: batch of %d tokens exceeds the context's batch size %d", b.n, c.nbat)
 	}
+	c.profStart()
 	nv := int32(c.model.nv)
 	toks := unsafe.Slice(b.b.token, b.n)
 	pos := unsafe.Slice(b.b.pos, b.n)

@@ -110,26 +110,33 @@ func selectDevices(p ModelParams) (*C.ggml_backend_dev_t, []Device, error) {
 	if cpuOnly && p.GPULayers != 0 {
 		return nil, nil, fmt.Errorf("device CPU with gpu_layers = %d: set gpu_layers = 0 or name a GPU device (`confclip version` lists them)", p.GPULayers)
 	}
-	if cpuOnly || (p.GPULayers == 0 && !p.OpOffload) {
-		return devList(nil), nil, nil
-	}
 	var gpus []Device
 	var names []string
+	var named C.ggml_backend_dev_t
+	var namedDev Device
 	for i := 0; i < int(C.ggml_backend_dev_count()); i++ {
 		dev := C.ggml_backend_dev_get(C.size_t(i))
 		if d := device(dev); d.IsGPU() {
 			gpus = append(gpus, d)
 			names = append(names, d.Name)
 			if p.Device != "" && strings.EqualFold(p.Device, d.Name) {
-				return devList([]C.ggml_backend_dev_t{dev}), []Device{d}, nil
+				named, namedDev = dev, d
 			}
 		}
 	}
+	// A device name that is not there is an error whatever the layers: a
+	// typo must not fall back to the CPU silently.
+	if p.Device != "" && !cpuOnly && named == nil {
+		return nil, nil, fmt.Errorf("no device %q: this build has %s", p.Device, strings.Join(append(names, "CPU"), ", "))
+	}
+	if cpuOnly || (p.GPULayers == 0 && !p.OpOffload) {
+		return devList(nil), nil, nil
+	}
+	if named != nil {
+		return devList([]C.ggml_backend_dev_t{named}), []Device{namedDev}, nil
+	}
 	if len(gpus) == 0 {
 		return nil, nil, noGPUError(p.GPULayers)
-	}
-	if p.Device != "" {
-		return nil, nil, fmt.Errorf("no device %q: this build has %s and CPU", p.Device, strings.Join(names, ", "))
 	}
 	return nil, gpus, nil
 }

@@ -28,6 +28,12 @@ type ModelParams struct {
 	OpOffload bool
 	NoMmap    bool // read the file instead of mapping it
 	VocabOnly bool // load only the tokenizer (vocab-only GGUF files)
+	// NoRepack keeps quantized weights in the file's layout. By default
+	// llama.cpp repacks Q4_0, Q4_K, Q2_K and IQ4_NL weights for the CPU's
+	// matrix products, a layout only the forward product reads: a training
+	// context (LoRA over a quantized base) needs the model loaded with
+	// NoRepack, and NewContext refuses one without it.
+	NoRepack bool
 }
 
 // Model is a loaded GGUF model. It is read-only after loading and may be
@@ -43,6 +49,7 @@ type Model struct {
 	opOffload bool     // see ModelParams.OpOffload
 	devices   []Device // the GPUs it may use (Devices)
 	cleanup   runtime.Cleanup
+	repacked  bool // weights of a repackable type loaded without NoRepack
 }
 
 // Token is a vocabulary id.
@@ -58,6 +65,13 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	arch := g.String("general.architecture")
 	kind := g.String("general.type")
 	nTensors := len(g.Tensors())
+	repackable := false
+	for _, t := range g.Tensors() {
+		switch t.Type {
+		case "q4_0", "q4_K", "q2_K", "iq4_nl":
+			repackable = true
+		}
+	}
 	g.Close()
 	if arch == "" {
 		return nil, fileErr(path, "no general.architecture key: not a model file")
@@ -84,6 +98,9 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	}
 	mp.use_mmap = C.bool(!p.NoMmap)
 	mp.vocab_only = C.bool(p.VocabOnly)
+	if p.NoRepack {
+		mp.use_extra_bufts = false
+	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var m *C.struct_llama_model
@@ -92,7 +109,7 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 		return nil, fileErr(path, "%s", because("llama.cpp could not load the model (architecture "+arch+")", msg))
 	}
 	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly,
-		opOffload: p.GPULayers != 0 || p.OpOffload, devices: gpus}
+		opOffload: p.GPULayers != 0 || p.OpOffload, devices: gpus, repacked: repackable && !p.NoRepack}
 	model.nv = int(C.llama_vocab_n_tokens(model.vocab))
 	model.cleanup = runtime.AddCleanup(model, func(m *C.struct_llama_model) { C.llama_model_free(m) }, m)
 	return model, nil

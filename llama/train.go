@@ -183,6 +183,7 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 	defer C.free(unsafe.Pointer(lp))
 	var closs C.double
 	takeError()
+	c.profStart()
 	rc := C.llama_pg_eval(c.c, cs, C.int32_t(len(seqs)), cparams, C.int32_t(len(params)), cgrads, &closs, lp)
 	if rc != 0 {
 		return 0, nil, fmt.Errorf("llama: %s", withCause(fmt.Sprintf("training evaluation failed (%d)", int(rc))))

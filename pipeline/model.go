@@ -31,11 +31,16 @@ type Model struct {
 
 // OpenModel loads cfg.Path with llama.cpp (on cfg.Device, cfg.GPULayers
 // offloaded) and, when cfg.Adapter is set, the adapter.
-func OpenModel(cfg ModelConfig) (*Model, error) {
+func OpenModel(cfg ModelConfig) (*Model, error) { return openModelFor(cfg, false) }
+
+// openModelFor opens a model; noRepack keeps quantized weights in the file's
+// layout, which the stages that train need (a repacked weight has no
+// backward product).
+func openModelFor(cfg ModelConfig, noRepack bool) (*Model, error) {
 	if cfg.Path == "" {
 		return nil, ErrNoModel
 	}
-	llm, err := llama.LoadModel(cfg.Path, llama.ModelParams{GPULayers: cfg.GPULayers, Device: cfg.Device})
+	llm, err := llama.LoadModel(cfg.Path, llama.ModelParams{GPULayers: cfg.GPULayers, Device: cfg.Device, NoRepack: noRepack})
 	if err != nil {
 		return nil, err
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/train"
 )
 
@@ -37,6 +39,9 @@ type TrainOptions struct {
 	Steps      int // optimiser steps over the data (1 = one on-policy step)
 	// Progress, when set, is called after each step.
 	Progress func(step int, st train.StepStats)
+	// Profile, when set, receives the time and bytes by ggml op, forward
+	// and backward, of the steps (llama.WriteProfile's table).
+	Profile io.Writer
 }
 
 // TrainSummary is what a `confclip train` run did.
@@ -142,8 +147,8 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	}
 	sum.Examples = len(recs)
 	mc := cfg.Model
-	mc.Adapter = "" // the adapter trained here is loaded below
-	h, err := OpenModel(mc)
+	mc.Adapter = ""               // the adapter trained here is loaded below
+	h, err := openModelFor(mc, true) // no repacking: a repacked quantized weight has no backward product
 	if err != nil {
 		return sum, err
 	}
@@ -167,7 +172,9 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, err
 	}
 	a := h.adapter
-	tr, err := train.NewLoRATrainer(m, a, TrainerConfig(cfg))
+	tcfg := TrainerConfig(cfg)
+	tcfg.Profile = o.Profile != nil
+	tr, err := train.NewLoRATrainer(m, a, tcfg)
 	if err != nil {
 		return sum, err
 	}
@@ -181,6 +188,11 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		sum.Steps = append(sum.Steps, st)
 		if o.Progress != nil {
 			o.Progress(i+1, st)
+		}
+	}
+	if o.Profile != nil {
+		if err := llama.WriteProfile(o.Profile, tr.Profile()); err != nil {
+			return sum, err
 		}
 	}
 	if err := train.SaveLoRA(a, m.Architecture(), o.AdapterOut); err != nil {

@@ -3,9 +3,11 @@ package rollout_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,9 +107,12 @@ func BenchmarkGroupBatched(b *testing.B) {
 
 // BenchmarkEngineVsReference times the engine's greedy generation (G=8 on
 // one prompt, log-probs and entropies recorded) against a C loop making the
-// same llama_decode calls with an argmax in C
-// (llama.ReferenceBatchedGreedy), on contexts with the same settings, and
-// reports both rates and engine/reference.
+// same llama_decode calls with an argmax in C (llama.ReferenceBatchedGreedy)
+// on two contexts: one with the engine's settings (F32 KV cache, flash
+// attention off) and one with llama.cpp's defaults (llama_context_default_params:
+// F16 KV cache, flash attention auto; only the sizes, the unified cache the
+// shared prompt needs and the threads set). It reports the three rates and
+// engine/reference for both, the three runs alternating in one loop.
 func BenchmarkEngineVsReference(b *testing.B) {
 	for _, bm := range benchModels(b) {
 		b.Run(bm.name, func(b *testing.B) {
@@ -116,37 +121,154 @@ func BenchmarkEngineVsReference(b *testing.B) {
 			e := newEngine(b, m, rollout.Options{Group: group, MaxTokens: maxTokens, Parallel: group, NCtx: nctx,
 				Threads: runtime.NumCPU(), Sampling: sampler.Params{Temperature: 0}})
 			o := e.Options()
-			ref, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
+			ours, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
 				Threads: runtime.NumCPU(), FlashAttn: o.FlashAttn, TypeK: o.KVType, TypeV: o.KVType})
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer ref.Close()
+			defer ours.Close()
+			// FlashAttn and the KV types left empty are llama.cpp's defaults.
+			dflt, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
+				Threads: runtime.NumCPU()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer dflt.Close()
 			prompt, err := m.Tokenize(bm.prompt, true, false)
 			if err != nil {
 				b.Fatal(err)
 			}
-			runRef := func() int {
-				n, err := llama.ReferenceBatchedGreedy(ref, prompt, group, maxTokens)
-				if err != nil {
-					b.Fatal(err)
+			runRef := func(c *llama.Context) func() int {
+				return func() int {
+					n, err := llama.ReferenceBatchedGreedy(c, prompt, group, maxTokens)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return n
 				}
-				return n
 			}
-			if ne, nr := timeGenerate(b, e, bm.prompt), runRef(); ne != nr {
+			if ne, nr := timeGenerate(b, e, bm.prompt), runRef(ours)(); ne != nr {
 				b.Logf("engine generated %d tokens, reference %d", ne, nr)
 			}
-			var re, rr float64
+			runRef(dflt)()
+			var re, rr, rd float64
 			b.ResetTimer()
 			for range b.N {
 				re = max(re, rate(func() int { return timeGenerate(b, e, bm.prompt) }))
-				rr = max(rr, rate(func() int { return runRef() }))
+				rr = max(rr, rate(runRef(ours)))
+				rd = max(rd, rate(runRef(dflt)))
 			}
 			b.ReportMetric(re, "engine_tok/s")
 			b.ReportMetric(rr, "reference_tok/s")
+			b.ReportMetric(rd, "reference-llama-defaults_tok/s")
 			b.ReportMetric(re/rr, "ratio")
+			b.ReportMetric(re/rd, "ratio-llama-defaults")
+			fmt.Printf("%s, G=%d x %d tokens, %d threads: engine %.0f tokens/s; C loop with the engine's context settings (KV %s, flash attention %s) %.0f tokens/s, engine/C %.2f; C loop with llama.cpp's defaults (KV f16, flash attention auto) %.0f tokens/s, engine/C %.2f\n",
+				bm.name, group, maxTokens, runtime.NumCPU(), re, o.KVType, o.FlashAttn, rr, re/rr, rd, re/rd)
 		})
 	}
+}
+
+// ladder are generated models between the tiny one and bench-100m, for the
+// thread-count crossover: name, spec.
+func ladder() []modelgen.Spec {
+	var out []modelgen.Spec
+	for _, l := range []struct{ embd, layers, ff, vocab int }{
+		{128, 2, 256, 1000}, {128, 4, 384, 2000}, {256, 4, 768, 4000}, {384, 6, 1024, 8000}, {512, 8, 1536, 16000},
+	} {
+		s := modelgen.Tiny()
+		s.Name = fmt.Sprintf("confclip-ladder-%d-%d", l.embd, l.layers)
+		s.Embd, s.Layers, s.Heads, s.HeadsKV, s.FF, s.ExtraVocab = l.embd, l.layers, l.embd/64, l.embd/128, l.ff, l.vocab
+		out = append(out, s)
+	}
+	return out
+}
+
+// BenchmarkThreads times G=8 sampled rollouts (32 tokens) with one thread
+// against all the machine's cores on models from the tiny test model to
+// bench-100m (stories260K and generated models in between, written once
+// under build/models), in pairs that alternate which side goes first,
+// keeping each side's best rate and the median of the pairs' ratios (a
+// shared machine's load swings within seconds), and prints the table with
+// the thread count DefaultThreads picks: the crossover ParamsPerThread is
+// read off it.
+func BenchmarkThreads(b *testing.B) {
+	type row struct {
+		name   string
+		params uint64
+		def    int
+		one    float64
+		all    float64
+		median float64 // all cores / one thread, median over the pairs
+	}
+	var rows []row
+	models := []struct{ name, path, prompt string }{{"tiny", tinyPath, "12+7="}}
+	for _, s := range ladder() {
+		p := filepath.Join("..", "build", "models", s.Name+".gguf")
+		if err := modelgen.Cached(p, s); err != nil {
+			b.Logf("NOT RUN on %s: %v", s.Name, err)
+			continue
+		}
+		models = append(models, struct{ name, path, prompt string }{strings.TrimPrefix(s.Name, "confclip-"), p, "What is 12+7? Answer:"})
+	}
+	models = append(models, benchModels(b)...)
+	cores := runtime.NumCPU()
+	for _, bm := range models {
+		b.Run(bm.name, func(b *testing.B) {
+			m := loadModel(b, bm.path)
+			o := rollout.Options{Group: 8, MaxTokens: 32, Parallel: 8, NCtx: 8 * 128, Seed: 1,
+				Sampling: sampler.Params{Temperature: 1}}
+			o.Threads = 1
+			one := newEngine(b, m, o)
+			o.Threads = cores
+			all := newEngine(b, m, o)
+			timeGenerate(b, one, bm.prompt) // warm up
+			timeGenerate(b, all, bm.prompt)
+			var r1, ra float64
+			var ratios []float64
+			b.ResetTimer()
+			// 3 pairs per b.N, and more on a small model until 3 s are spent
+			t0 := time.Now()
+			for i := 0; i < 3*b.N || time.Since(t0) < 3*time.Second; i++ {
+				var p1, pa float64
+				if i%2 == 0 {
+					p1 = rate(func() int { return timeGenerate(b, one, bm.prompt) })
+					pa = rate(func() int { return timeGenerate(b, all, bm.prompt) })
+				} else {
+					pa = rate(func() int { return timeGenerate(b, all, bm.prompt) })
+					p1 = rate(func() int { return timeGenerate(b, one, bm.prompt) })
+				}
+				r1, ra = max(r1, p1), max(ra, pa)
+				ratios = append(ratios, pa/p1)
+			}
+			med := median(ratios)
+			b.ReportMetric(r1, "1-thread_tok/s")
+			b.ReportMetric(ra, "all-cores_tok/s")
+			b.ReportMetric(med, "all/1-median")
+			rows = append(rows, row{bm.name, m.Info().Params, rollout.DefaultThreads(m), r1, ra, med})
+		})
+	}
+	fmt.Printf("\nRollout threads (G=8 x 32 sampled tokens, best of each side, alternating; %d cores; ParamsPerThread %d):\n\n", cores, rollout.ParamsPerThread)
+	fmt.Println("| model | parameters | 1 thread tokens/s | all cores tokens/s | all/1 (median pair) | default threads | default tokens/s |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	last := map[string]row{} // b.Run's last call per model has the most iterations
+	for _, r := range rows {
+		last[r.name] = r
+	}
+	for _, bm := range models {
+		r, ok := last[bm.name]
+		if !ok {
+			continue
+		}
+		d := r.one
+		if r.def == cores {
+			d = r.all
+		} else if r.def != 1 {
+			d = 0 // between 1 and all cores: not measured here
+		}
+		fmt.Printf("| %s | %.2fM | %.0f | %.0f | %.2f | %d | %.0f |\n", r.name, float64(r.params)/1e6, r.one, r.all, r.median, r.def, d)
+	}
+	fmt.Println()
 }
 
 // vmKB reads a field (VmHWM, VmRSS) of /proc/self/status in KiB.
@@ -208,4 +330,16 @@ func BenchmarkPeakMemory(b *testing.B) {
 			b.ReportMetric((peak-base)*1024/need, "(peak-base)/(model+kv)")
 		})
 	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -52,7 +52,7 @@ type Options struct {
 	// 0 = the model's training context.
 	SeqCtx  int
 	NBatch  int // most tokens one decode takes; 0 = max(512, Parallel)
-	Threads int // 0 = the machine's cores
+	Threads int // 0 = DefaultThreads(model): by the model's size, at most the cores
 	// KVType is the KV cache's type: "f32" (default) or "f16", "q8_0", ...
 	// A rounded cache makes the log-probs depend on how tokens were
 	// batched: f16 costs about 1e-3 of agreement with teacher forcing.
@@ -134,6 +134,9 @@ func NewEngine(m *llama.Model, o Options) (*Engine, error) {
 	}
 	if o.SeqCtx == 0 {
 		o.SeqCtx = m.Info().CtxTrain
+	}
+	if o.Threads == 0 {
+		o.Threads = DefaultThreads(m) // threads.go: fitted to the model's size
 	}
 	e := &Engine{m: m, o: o, pieces: newPieces(m)}
 	for range max(1, runtime.GOMAXPROCS(0)) {

@@ -616,3 +616,17 @@ func TestAdapter(t *testing.T) {
 	}
 	t.Logf("adapter moved log-probs by up to %.3g", changed)
 }
+
+// The engine's default thread count follows the model's size; a thread
+// count given in the options wins.
+func TestThreadsDefaultAndOverride(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	e := newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 1})
+	if got, want := e.Options().Threads, rollout.DefaultThreads(m); got != want || got != 1 {
+		t.Errorf("tiny model: default threads %d, want DefaultThreads %d = 1", got, want)
+	}
+	e = newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 1, Threads: 3})
+	if got := e.Options().Threads; got != 3 {
+		t.Errorf("Threads 3 given: the engine uses %d", got)
+	}
+}

@@ -2,13 +2,17 @@ package train
 
 import (
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
+	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,114 +23,263 @@ import (
 	"github.com/confclip/confclip/rollout"
 )
 
-// peakRSS is the process's peak resident memory (VmHWM) in MiB.
-func peakRSS() float64 {
-	b, _ := os.ReadFile("/proc/self/status")
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmHWM:") {
-			f := strings.Fields(l)
-			kb, _ := strconv.Atoi(f[1])
-			return float64(kb) / 1024
-		}
-	}
-	return 0
-}
+// -profile (go test ./train -bench TrainAgainstForward -args -profile)
+// prints the per-op profile of one training step and one forward per model.
+var profileFlag = flag.Bool("profile", false, "print a per-op profile (time and bytes by ggml op) of one training step per benchmark model")
 
-// BenchmarkTrainAgainstForward times a LoRA training step (forward and
-// backward through llama_pg_eval, AdamW) against forward-only teacher forcing
-// of the same sequences through the rollout engine, in one run, and reports
-// the ratio and the peak memory.
-func BenchmarkTrainAgainstForward(b *testing.B) {
-	models := []struct{ name, path string }{{"tiny", tinyPath}}
+// benchModel is one model of the training benchmark.
+type benchModel struct{ name, path string }
+
+// benchModels are the tiny test model, stories260K when ../shared has it,
+// and the generated bench-100m model in F32, Q8_0 and Q4_K_M (LoRA over a
+// quantized frozen base), each written once under build/models.
+func benchModels(b *testing.B) []benchModel {
+	models := []benchModel{{"tiny", tinyPath}}
 	if p := filepath.Join(testutil.SharedDir(), "stories260K.gguf"); fileExists(p) {
-		models = append(models, struct{ name, path string }{"stories260K", p})
+		models = append(models, benchModel{"stories260K", p})
 	} else {
 		b.Logf("NOT RUN on stories260K: %s is absent", p)
 	}
 	bench := filepath.Join("..", modelgen.BenchPath)
-	if err := modelgen.Cached(bench, modelgen.Bench()); err == nil {
-		models = append(models, struct{ name, path string }{"bench-100m", bench})
-	} else {
+	if err := modelgen.Cached(bench, modelgen.Bench()); err != nil {
 		b.Logf("NOT RUN on bench-100m: %v", err)
+		return models
 	}
+	models = append(models, benchModel{"bench-100m", bench})
+	for _, q := range []string{"q8_0", "q4_k_m"} {
+		p := strings.TrimSuffix(bench, ".gguf") + "-" + q + ".gguf"
+		if !fileExists(p) {
+			if err := llama.Quantize(bench, p, q, 0); err != nil {
+				b.Logf("NOT RUN on bench-100m %s: %v", q, err)
+				continue
+			}
+		}
+		models = append(models, benchModel{"bench-100m " + strings.ToUpper(q), p})
+	}
+	return models
+}
+
+// benchExamples are 16 sequences of a 16-token prompt and a 48-token
+// completion of random tokens, as training examples and as rollout records.
+func benchExamples(nv int) ([]Example, []*dataset.Rollout) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var exs []Example
+	var recs []*dataset.Rollout
+	for i := 0; i < 16; i++ {
+		p := make([]llama.Token, 16)
+		c := make([]llama.Token, 48)
+		p[0] = 1
+		for j := 1; j < len(p); j++ {
+			p[j] = llama.Token(3 + rng.IntN(nv-3))
+		}
+		for j := range c {
+			c[j] = llama.Token(3 + rng.IntN(nv-3))
+		}
+		exs = append(exs, Example{Prompt: p, Completion: c, Advantage: rng.Float64() - 0.5})
+		recs = append(recs, &dataset.Rollout{PromptID: fmt.Sprint(i), PromptTokens: p, Tokens: c})
+	}
+	return exs, recs
+}
+
+type trainRow struct {
+	train, fwd, ratio float64
+	median            float64 // step/forward, median over the pairs
+	pairs             int
+}
+
+// BenchmarkTrainAgainstForward times a LoRA training step (forward and
+// backward through llama_pg_eval, AdamW) against forward-only teacher forcing
+// of the same sequences through the rollout engine, alternating in one run,
+// and prints the step/forward ratio of every model as a table, then the
+// peak memory of `confclip train` on bench-100m against its weights.
+func BenchmarkTrainAgainstForward(b *testing.B) {
+	rows := map[string]trainRow{}
+	models := benchModels(b)
 	for _, mc := range models {
 		b.Run(mc.name, func(b *testing.B) {
-			m, err := llama.LoadModel(mc.path, llama.ModelParams{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			dir := b.TempDir()
-			ap := filepath.Join(dir, "lora.gguf")
-			if err := CreateLoRA(m, ap, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}); err != nil {
-				b.Fatal(err)
-			}
-			a, err := llama.LoadAdapter(m, ap)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
-			// 16 sequences of a 16-token prompt and a 48-token completion.
-			rng := rand.New(rand.NewPCG(1, 2))
-			nv := m.NVocab()
-			var exs []Example
-			var recs []*dataset.Rollout
-			for i := 0; i < 16; i++ {
-				p := make([]llama.Token, 16)
-				c := make([]llama.Token, 48)
-				p[0] = 1
-				for j := 1; j < len(p); j++ {
-					p[j] = llama.Token(3 + rng.IntN(nv-3))
-				}
-				for j := range c {
-					c[j] = llama.Token(3 + rng.IntN(nv-3))
-				}
-				exs = append(exs, Example{Prompt: p, Completion: c, Advantage: rng.Float64() - 0.5})
-				recs = append(recs, &dataset.Rollout{PromptID: fmt.Sprint(i), PromptTokens: p, Tokens: c})
-			}
-			cfg := DefaultConfig()
-			cfg.MicroBatchTokens = 512
-			cfg.Threads = runtime.NumCPU()
-			tr, err := NewLoRATrainer(m, a, cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer tr.Close()
-			eng, err := rollout.NewEngine(m, rollout.Options{Group: 1, MaxTokens: 1, Parallel: 16, NCtx: 16 * 64, NBatch: 512, Threads: runtime.NumCPU()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer eng.Close()
-			if err := eng.SetAdapter(a, 1); err != nil {
-				b.Fatal(err)
-			}
-			tokens := 16 * 64
-			var tTrain, tFwd time.Duration
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				if _, err := tr.Step(context.Background(), exs); err != nil {
-					b.Fatal(err)
-				}
-				tTrain += time.Since(t0)
-				for _, r := range recs {
-					r.Logprobs, r.Entropies = nil, nil
-				}
-				t0 = time.Now()
-				if err := eng.TeacherForce(context.Background(), recs); err != nil {
-					b.Fatal(err)
-				}
-				tFwd += time.Since(t0)
-			}
-			train := float64(tokens*b.N) / tTrain.Seconds()
-			fwd := float64(tokens*b.N) / tFwd.Seconds()
-			b.ReportMetric(train, "train-tok/s")
-			b.ReportMetric(fwd, "forward-tok/s")
-			b.ReportMetric(fwd/train, "forward/train")
-			b.ReportMetric(peakRSS(), "peak-MiB")
-			fmt.Printf("%s: training %.0f tokens/s, forward-only teacher forcing %.0f tokens/s: a step costs %.2fx a forward pass; peak RSS %.0f MiB\n",
-				mc.name, train, fwd, fwd/train, peakRSS())
+			r := trainAgainstForward(b, mc)
+			rows[mc.name] = r
 		})
 	}
+	fmt.Printf("\nTraining step against a forward pass (16 sequences x 64 tokens, micro-batch 512, %d threads, paired in one run):\n\n", runtime.NumCPU())
+	fmt.Println("| model | training tokens/s | forward tokens/s | a step costs (totals) | median pair |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, mc := range models {
+		if r, ok := rows[mc.name]; ok {
+			fmt.Printf("| %s | %.0f | %.0f | %.2fx a forward | %.2fx (%d pairs) |\n", mc.name, r.train, r.fwd, r.ratio, r.median, r.pairs)
+		}
+	}
+	fmt.Println()
+	trainPeakMemory(b)
+}
+
+func trainAgainstForward(b *testing.B, mc benchModel) trainRow {
+	// NoRepack: the training context needs quantized weights in the file's
+	// layout (the forward pass runs on the same model handle)
+	m, err := llama.LoadModel(mc.path, llama.ModelParams{NoRepack: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	ap := filepath.Join(b.TempDir(), "lora.gguf")
+	if err := CreateLoRA(m, ap, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}); err != nil {
+		b.Fatal(err)
+	}
+	a, err := llama.LoadAdapter(m, ap)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	exs, recs := benchExamples(m.NVocab())
+	cfg := DefaultConfig()
+	cfg.MicroBatchTokens = 512
+	cfg.Threads = runtime.NumCPU()
+	tr, err := NewLoRATrainer(m, a, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	eng, err := rollout.NewEngine(m, rollout.Options{Group: 1, MaxTokens: 1, Parallel: 16, NCtx: 16 * 64, NBatch: 512, Threads: runtime.NumCPU()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close()
+	if err := eng.SetAdapter(a, 1); err != nil {
+		b.Fatal(err)
+	}
+	forward := func() time.Duration {
+		for _, r := range recs {
+			r.Logprobs, r.Entropies = nil, nil
+		}
+		t0 := time.Now()
+		if err := eng.TeacherForce(context.Background(), recs); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	step := func() time.Duration {
+		t0 := time.Now()
+		if _, err := tr.Step(context.Background(), exs); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	// one of each first: the first evaluation of a context allocates and
+	// faults in its buffers
+	step()
+	forward()
+	b.ResetTimer()
+	tokens := 16 * 64
+	var tTrain, tFwd time.Duration
+	var ratios []float64
+	// b.N pairs, and more on a small model until 3 s are spent: one pair
+	// of milliseconds is all noise on a shared machine
+	t0 := time.Now()
+	for i := 0; i < b.N || time.Since(t0) < 3*time.Second; i++ {
+		// alternate which goes first: the machine's load drifts
+		var ts, tf time.Duration
+		if i%2 == 0 {
+			ts, tf = step(), forward()
+		} else {
+			tf, ts = forward(), step()
+		}
+		tTrain += ts
+		tFwd += tf
+		ratios = append(ratios, ts.Seconds()/tf.Seconds())
+	}
+	n := len(ratios)
+	r := trainRow{train: float64(tokens*n) / tTrain.Seconds(), fwd: float64(tokens*n) / tFwd.Seconds(), median: median(ratios), pairs: n}
+	r.ratio = r.fwd / r.train
+	b.ReportMetric(r.train, "train-tok/s")
+	b.ReportMetric(r.fwd, "forward-tok/s")
+	b.ReportMetric(r.ratio, "step/forward")
+	b.ReportMetric(r.median, "step/forward-median")
+	fmt.Printf("%s: training %.0f tokens/s, forward-only teacher forcing %.0f tokens/s: a step costs %.2fx a forward pass (median of %d pairs %.2fx)\n",
+		mc.name, r.train, r.fwd, r.ratio, r.pairs, r.median)
+	if *profileFlag {
+		profileStep(b, m, a, cfg, exs, mc.name)
+	}
+	return r
+}
+
+// profileStep prints the per-op profile of one training step (its own
+// trainer, so the timed one runs without the callback's overhead).
+func profileStep(b *testing.B, m *llama.Model, a *llama.Adapter, cfg Config, exs []Example, name string) {
+	cfg.Profile = true
+	tr, err := NewLoRATrainer(m, a, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	if _, err := tr.Step(context.Background(), exs); err != nil {
+		b.Fatal(err)
+	}
+	tr.ResetProfile()
+	if _, err := tr.Step(context.Background(), exs); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("\nProfile of one training step on %s (%d sequences, %d threads):\n\n", name, len(exs), cfg.Threads)
+	llama.WriteProfile(os.Stdout, tr.Profile())
+	fmt.Println()
+}
+
+// trainPeakMemory runs `confclip train` (../bin/confclip) on bench-100m
+// with 32 completions of 50-70 tokens at the default micro-batch (one
+// step: the buffers are all allocated by its first micro-batch) and
+// compares its peak resident memory with the size of the weights; the
+// issue's bound is the weights + 40%.
+func trainPeakMemory(b *testing.B) {
+	bin, _ := filepath.Abs(filepath.Join("..", "bin", "confclip"))
+	model, _ := filepath.Abs(filepath.Join("..", modelgen.BenchPath))
+	if !fileExists(bin) || !fileExists(model) {
+		fmt.Printf("peak memory of confclip train: NOT RUN (needs %s, from make, and %s)\n", bin, model)
+		return
+	}
+	dir := b.TempDir()
+	data := filepath.Join(dir, "train.jsonl")
+	var sb strings.Builder
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 32; i++ {
+		ex := dataset.TrainExample{PromptID: fmt.Sprint(i / 8), Sample: i % 8, Advantage: rng.Float64() - 0.5}
+		ex.PromptIDs = []int32{1}
+		for j := 0; j < 15; j++ {
+			ex.PromptIDs = append(ex.PromptIDs, int32(3+rng.IntN(32000)))
+		}
+		for j := 0; j < 50+rng.IntN(20); j++ {
+			ex.CompletionIDs = append(ex.CompletionIDs, int32(3+rng.IntN(32000)))
+		}
+		line, _ := json.Marshal(ex)
+		sb.Write(append(line, '\n'))
+	}
+	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "train", "--model", model, "--data", data, "--adapter-out", filepath.Join(dir, "out.gguf"), "--steps", "1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("confclip train: %v\n%s", err, out)
+	}
+	rss := float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024 // KiB on Linux
+	st, _ := os.Stat(model)
+	w := float64(st.Size()) / (1 << 20)
+	verdict := "met"
+	if rss > 1.4*w {
+		verdict = "NOT met"
+	}
+	fmt.Printf("peak memory of confclip train on bench-100m (32 completions of 50-70 tokens, default micro-batch, one step): %.0f MiB for %.0f MiB of weights: %.2fx (bound 1.40x: %s)\n\n",
+		rss, w, rss/w, verdict)
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -42,6 +42,8 @@ type Config struct {
 	Schedule    string
 	WarmupSteps int
 	TotalSteps  int
+	// Profile times every ggml op of the training context (Trainer.Profile).
+	Profile bool
 }
 
 // DefaultConfig is AdamW with lr 1e-4, clipping at 1, token_mean.
@@ -179,7 +181,7 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	}
 	nctx := (cfg.MicroBatchTokens + 255) / 256 * 256 // llama.cpp pads n_ctx to 256
 	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: nctx, NUBatch: nctx, NSeqMax: 1,
-		Threads: cfg.Threads, FlashAttn: "off", TrainingGraphs: true})
+		Threads: cfg.Threads, FlashAttn: "off", TrainingGraphs: true, Profile: cfg.Profile})
 	if err != nil {
 		return nil, err
 	}

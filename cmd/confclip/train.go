@@ -28,6 +28,7 @@ func init() {
 				&cli.StringFlag{Name: "adapter-out", Required: true, Usage: "write the trained adapter to `FILE`.gguf"},
 				&cli.IntFlag{Name: "steps", Value: 1, Usage: "optimiser steps over the data"},
 				&cli.StringFlag{Name: "summary", Usage: "write a JSON summary to `FILE`"},
+				&cli.BoolFlag{Name: "profile", Usage: "print the time and bytes by ggml op (forward and backward) of the steps to stderr"},
 			}),
 			Action: trainCmd,
 		}
@@ -42,7 +43,7 @@ func trainCmd(ctx context.Context, c *cli.Command) error {
 	r := newRenderer(os.Stderr)
 	sum, err := pipeline.Train(ctx, pipeline.TrainOptions{
 		Config: cfg, Data: c.String("data"), AdapterIn: cfg.Model.Adapter, AdapterOut: c.String("adapter-out"),
-		Steps: c.Int("steps"), Progress: pipeline.TrainEvents(c.Int("steps"), r.event),
+		Steps: c.Int("steps"), Profile: profileTo(c), Progress: pipeline.TrainEvents(c.Int("steps"), r.event),
 	})
 	r.end()
 	if err != nil {
@@ -52,6 +53,14 @@ func trainCmd(ctx context.Context, c *cli.Command) error {
 	fmt.Fprintln(c.Root().Writer, string(b))
 	if p := c.String("summary"); p != "" {
 		return pipeline.WriteFileAtomic(p, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+	}
+	return nil
+}
+
+// profileTo is where --profile prints: stderr, or nowhere.
+func profileTo(c *cli.Command) io.Writer {
+	if c.Bool("profile") {
+		return os.Stderr
 	}
 	return nil
 }

@@ -1,0 +1,95 @@
+package train
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/confclip/confclip/llama"
+)
+
+// LoRA gradients over a quantized frozen base go through the backward
+// product with a quantized weight (patch 0031's kernel dequantizes blocks of
+// its rows). A finite-difference check does not apply there (the forward
+// product quantizes its activations, so the loss is not smooth at the
+// check's step), so the gradient is compared with the one over the F32 model
+// the base was quantized from, same adapter, same examples: they differ by
+// the quantization error only. A wrong row or block in the backward product
+// would turn the gradient's direction.
+func TestLoRAGradientQuantizedBase(t *testing.T) {
+	grad := func(m *llama.Model) []float64 {
+		a := newAdapter(t, m, true) // seeded: the same adapter for every base
+		tr, err := NewLoRATrainer(m, a, testConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		if _, err := tr.Gradient(context.Background(), examples(t, m)); err != nil {
+			t.Fatal(err)
+		}
+		var g []float64
+		for _, p := range tr.Grads() {
+			for _, v := range p {
+				g = append(g, float64(v))
+			}
+		}
+		return g
+	}
+	ref := grad(load(t, false))
+	for _, c := range []struct {
+		q      string
+		minCos float64
+	}{{"q8_0", 0.998}} { // Q8_0 (measured 0.9992); Q4_0's own error turns a tiny model's gradient too far to tell a bug from it
+		t.Run(c.q, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tiny-"+c.q+".gguf")
+			if err := llama.Quantize(tinyPath, path, c.q, 0); err != nil {
+				t.Fatal(err)
+			}
+			m, err := llama.LoadModel(path, llama.ModelParams{NoRepack: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if ft := m.Info().FileType; !strings.EqualFold(ft, c.q) {
+				t.Fatalf("file type %s, want %s", ft, c.q)
+			}
+			g := grad(m)
+			var dot, n1, n2 float64
+			for i := range g {
+				dot += g[i] * ref[i]
+				n1 += g[i] * g[i]
+				n2 += ref[i] * ref[i]
+			}
+			cos := dot / math.Sqrt(n1*n2)
+			t.Logf("%s base: gradient cosine to the F32 base's %.6f, norm ratio %.4f", c.q, cos, math.Sqrt(n1/n2))
+			if !(cos >= c.minCos) {
+				t.Fatalf("%s base: gradient cosine to the F32 base's %.6f, want >= %g", c.q, cos, c.minCos)
+			}
+		})
+	}
+}
+
+// A base whose weights llama.cpp repacked for the CPU at load (Q4_0 here)
+// has no backward product: the trainer says so instead of ggml aborting.
+func TestRepackedBaseRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tiny-q4_0.gguf")
+	if err := llama.Quantize(tinyPath, path, "q4_0", 0); err != nil {
+		t.Fatal(err)
+	}
+	m, err := llama.LoadModel(path, llama.ModelParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	a := newAdapter(t, m, false)
+	tr, err := NewLoRATrainer(m, a, testConfig())
+	if err == nil {
+		tr.Close()
+		t.Fatal("a trainer over a repacked Q4_0 base was created")
+	}
+	if !strings.Contains(err.Error(), "NoRepack") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("error %q does not name the file and NoRepack", err)
+	}
+}
