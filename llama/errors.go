@@ -41,38 +41,13 @@ func call(f func()) string {
 	return c.msg
 }
 
-// recordError keeps an ERROR line for the call running on thread tid, and as
-// the process-wide last error for the callers not yet using call.
+// recordError keeps an ERROR line for the call running on thread tid; a
+// line logged outside any call is only logged.
 func recordError(tid int64, msg string) {
 	if c, ok := captures.Load(tid); ok {
 		c.(*capture).msg = msg
 	}
-	lastError.Lock()
-	lastError.msg = msg
-	lastError.Unlock()
 }
-
-// lastError is the most recent ERROR line from any thread. Deprecated: it is
-// what takeError and withCause read, for code that does not use call yet;
-// concurrent calls overwrite it.
-var lastError struct {
-	sync.Mutex
-	msg string
-}
-
-// takeError returns and clears the last logged llama.cpp error (see
-// lastError; new code uses call).
-func takeError() string {
-	lastError.Lock()
-	defer lastError.Unlock()
-	m := lastError.msg
-	lastError.msg = ""
-	return m
-}
-
-// withCause appends the process-wide last error (see lastError; new code
-// uses call and because).
-func withCause(reason string) string { return because(reason, takeError()) }
 
 // because appends llama.cpp's own message, when it logged one.
 func because(reason, msg string) string {

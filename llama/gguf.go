@@ -76,9 +76,10 @@ func OpenGGUF(path string) (*GGUF, error) {
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	ctx := C.gguf_init_from_file(cpath, C.struct_gguf_init_params{no_alloc: true})
+	var ctx *C.struct_gguf_context
+	msg := call(func() { ctx = C.gguf_init_from_file(cpath, C.struct_gguf_init_params{no_alloc: true}) })
 	if ctx == nil {
-		return nil, fileErr(path, "%s", withCause("not a valid GGUF file"))
+		return nil, fileErr(path, "%s", because("not a valid GGUF file", msg))
 	}
 	g := &GGUF{path: path, ctx: ctx, fileSize: size}
 	runtime.SetFinalizer(g, (*GGUF).Close)
@@ -345,9 +346,11 @@ func (w *GGUFWriter) WriteFile(path string) error {
 	tmp.Close()
 	cpath := C.CString(tmp.Name())
 	defer C.free(unsafe.Pointer(cpath))
-	if !C.gguf_write_to_file(w.ctx, cpath, false) {
+	var ok C.bool
+	msg := call(func() { ok = C.gguf_write_to_file(w.ctx, cpath, false) })
+	if !ok {
 		os.Remove(tmp.Name())
-		return fileErr(path, "%s", withCause("writing GGUF failed"))
+		return fileErr(path, "%s", because("writing GGUF failed", msg))
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		os.Remove(tmp.Name())

@@ -182,11 +182,11 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 	lp := (*C.float)(C.malloc(C.size_t(4 * nComp)))
 	defer C.free(unsafe.Pointer(lp))
 	var closs C.double
-	takeError()
 	c.profStart()
-	rc := C.llama_pg_eval(c.c, cs, C.int32_t(len(seqs)), cparams, C.int32_t(len(params)), cgrads, &closs, lp)
+	var rc C.int32_t
+	msg := call(func() { rc = C.llama_pg_eval(c.c, cs, C.int32_t(len(seqs)), cparams, C.int32_t(len(params)), cgrads, &closs, lp) })
 	if rc != 0 {
-		return 0, nil, fmt.Errorf("llama: %s", withCause(fmt.Sprintf("training evaluation failed (%d)", int(rc))))
+		return 0, nil, fmt.Errorf("llama: %s", because(fmt.Sprintf("training evaluation failed (%d)", int(rc)), msg))
 	}
 	if len(params) > 0 {
 		gl := unsafe.Slice(cgrads, len(params))
