@@ -23,6 +23,7 @@ type GGUF struct {
 	path     string
 	ctx      *C.struct_gguf_context
 	fileSize int64
+	cleanup  runtime.Cleanup
 }
 
 // TensorInfo describes one tensor of a GGUF file.
@@ -82,6 +83,7 @@ func OpenGGUF(path string) (*GGUF, error) {
 		return nil, fileErr(path, "%s", because("not a valid GGUF file", msg))
 	}
 	g := &GGUF{path: path, ctx: ctx, fileSize: size}
+	g.cleanup = runtime.AddCleanup(g, func(c *C.struct_gguf_context) { C.gguf_free(c) }, ctx)
 	runtime.SetFinalizer(g, (*GGUF).Close)
 	var end int64
 	for _, t := range g.Tensors() {
@@ -96,12 +98,15 @@ func OpenGGUF(path string) (*GGUF, error) {
 	return g, nil
 }
 
-// Close frees the header. It is safe to call twice.
-func (g *GGUF) Close() {
+// Close frees the header. It is safe to call twice; a GGUF that is never
+// closed is freed when it becomes unreachable.
+func (g *GGUF) Close() error {
 	if g.ctx != nil {
+		g.cleanup.Stop()
 		C.gguf_free(g.ctx)
 		g.ctx = nil
 	}
+	return nil
 }
 
 // Path is the file's path.
@@ -360,7 +365,7 @@ func (w *GGUFWriter) WriteFile(path string) error {
 }
 
 // Close frees the writer's memory. It is safe to call twice.
-func (w *GGUFWriter) Close() {
+func (w *GGUFWriter) Close() error {
 	if w.ctx != nil {
 		C.gguf_free(w.ctx)
 		w.ctx = nil
@@ -369,4 +374,5 @@ func (w *GGUFWriter) Close() {
 		C.ggml_free(g)
 	}
 	w.ggml = nil
+	return nil
 }

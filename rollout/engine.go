@@ -160,16 +160,18 @@ func NewEngine(m *llama.Model, o Options) (*Engine, error) {
 // Options are the engine's options, defaults filled in.
 func (e *Engine) Options() Options { return e.o }
 
-// Close frees the context.
-func (e *Engine) Close() {
+// Close frees the context and the batch. It is safe to call twice.
+func (e *Engine) Close() error {
+	var err error
 	if e.ctx != nil {
-		e.ctx.Close()
+		err = e.ctx.Close()
 		e.ctx = nil
 	}
 	if e.batch != nil {
 		e.batch.Free()
 		e.batch = nil
 	}
+	return err
 }
 
 // SetAdapter applies a LoRA adapter with a scale (1 = as trained) to every

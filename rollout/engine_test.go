@@ -24,7 +24,7 @@ func newEngine(t testing.TB, m *llama.Model, o rollout.Options) *rollout.Engine 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Close)
+	t.Cleanup(func() { e.Close() })
 	return e
 }
 

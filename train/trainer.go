@@ -201,7 +201,7 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 }
 
 // Close frees the training context.
-func (t *Trainer) Close() { t.ctx.Close() }
+func (t *Trainer) Close() error { return t.ctx.Close() }
 
 // Params are the trained tensors.
 func (t *Trainer) Params() []*llama.Param { return t.params }
