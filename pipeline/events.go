@@ -66,6 +66,15 @@ type RunStepDone struct {
 // training, a resume).
 type RunNote struct{ Text string }
 
+// ExperimentRun is sent as an experiment starts (or resumes) one arm's run
+// with one seed, in Dir.
+type ExperimentRun struct {
+	Arm  string
+	Seed uint64
+	Dir  string
+}
+
+func (ExperimentRun) isEvent()        {}
 func (RolloutProgress) isEvent()      {}
 func (TeacherForceProgress) isEvent() {}
 func (TrainProgress) isEvent()        {}

@@ -107,10 +107,12 @@ type ExperimentResult struct {
 // Experiment runs every arm with every seed from the same start (model,
 // initial adapter seed, data), each as a `confclip run` in
 // OUT/ARM/seed-N (resumed where a run folder already exists), then writes a
-// Markdown table (results.md), results.json and comparison plots.
-func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResult, error) {
-	if log == nil {
-		log = io.Discard
+// Markdown table (results.md), results.json and comparison plots. Progress,
+// when set, receives an ExperimentRun event as each run starts, then that
+// run's own events (RunStage, RunStepDone, RunNote).
+func Experiment(ctx context.Context, cfg Config, progress func(Event)) (ExperimentResult, error) {
+	if progress == nil {
+		progress = func(Event) {}
 	}
 	res := ExperimentResult{Dir: cfg.Run.Out}
 	if len(cfg.Experiment.Arms) == 0 || len(cfg.Experiment.Seeds) == 0 {
@@ -138,8 +140,8 @@ func Experiment(ctx context.Context, cfg Config, log io.Writer) (ExperimentResul
 			// experiment given more seeds or arms resumes its finished runs.
 			c.Experiment = ExperimentConfig{Arms: []string{arm.Name}, Seeds: []uint64{seed}}
 			_, statErr := os.Stat(filepath.Join(c.Run.Out, RunConfigFile))
-			fmt.Fprintf(log, "== %s, seed %d -> %s\n", arm.Name, seed, c.Run.Out)
-			r, err := Run(ctx, RunOptions{Config: c, Resume: statErr == nil, Log: log, BeforeFrom: before})
+			progress(ExperimentRun{Arm: arm.Name, Seed: seed, Dir: c.Run.Out})
+			r, err := Run(ctx, RunOptions{Config: c, Resume: statErr == nil, Progress: progress, BeforeFrom: before})
 			if err != nil {
 				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
 			}

@@ -93,5 +93,7 @@ func (r *renderer) event(e pipeline.Event) {
 			m.Step, e.Steps, m.Accuracy, ev, m.MeanReward, m.ZeroStdFrac, m.ZeroStdFracBinary, m.MeanTokens, m.Loss, m.GradNorm, m.TokensPerS, m.StepS, e.ETA.Round(time.Second)))
 	case pipeline.RunNote:
 		r.line(e.Text)
+	case pipeline.ExperimentRun:
+		r.line(fmt.Sprintf("== %s, seed %d -> %s", e.Arm, e.Seed, e.Dir))
 	}
 }

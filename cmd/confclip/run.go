@@ -97,7 +97,9 @@ func experimentCmd(ctx context.Context, c *cli.Command) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := pipeline.Experiment(ctx, cfg, os.Stderr)
+	r := newRenderer(os.Stderr)
+	res, err := pipeline.Experiment(ctx, cfg, r.event)
+	r.end()
 	if err != nil {
 		return err
 	}
