@@ -89,8 +89,12 @@ func (r *renderer) event(e pipeline.Event) {
 		if m.EvalAccuracy != nil {
 			ev = fmt.Sprintf(", held-out %.3f", *m.EvalAccuracy)
 		}
-		r.line(fmt.Sprintf("step %d/%d: accuracy %.3f%s, reward %.3f, zero-std %.2f (binary %.2f), tokens %.1f, loss %.4g, grad %.3g, %.0f tokens/s, %.1fs, ETA %s",
-			m.Step, e.Steps, m.Accuracy, ev, m.MeanReward, m.ZeroStdFrac, m.ZeroStdFracBinary, m.MeanTokens, m.Loss, m.GradNorm, m.TokensPerS, m.StepS, e.ETA.Round(time.Second)))
+		update := fmt.Sprintf("loss %.4g, grad %.3g", m.Loss, m.GradNorm)
+		if m.TrainSkipped != 0 {
+			update = "no update (every advantage 0)"
+		}
+		r.line(fmt.Sprintf("step %d/%d: accuracy %.3f%s, reward %.3f, zero-std %.2f (binary %.2f), tokens %.1f, %s, %.0f tokens/s, %.1fs, ETA %s",
+			m.Step, e.Steps, m.Accuracy, ev, m.MeanReward, m.ZeroStdFrac, m.ZeroStdFracBinary, m.MeanTokens, update, m.TokensPerS, m.StepS, e.ETA.Round(time.Second)))
 	case pipeline.RunNote:
 		r.line(e.Text)
 	case pipeline.ExperimentRun:
