@@ -2,11 +2,22 @@ package train
 
 import (
 	"math"
-	"sort"
 	"testing"
 
 	"github.com/confclip/confclip/llama"
 )
+
+// pgContext opens a training context on m.
+func pgContext(t *testing.T, m *llama.Model) *llama.Context {
+	t.Helper()
+	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, NUBatch: 256, NSeqMax: 1,
+		FlashAttn: "off", TrainingGraphs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	return ctx
+}
 
 // pgSetup opens a training context on the tiny model with a LoRA adapter
 // whose B matrices are random (so every LoRA tensor has a gradient) and
@@ -19,29 +30,35 @@ func pgSetup(t *testing.T) (*llama.Context, []*llama.Param, []llama.PGSeq) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, NUBatch: 256, NSeqMax: 1,
-		FlashAttn: "off", TrainingGraphs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Close() })
+	ctx := pgContext(t, m)
 	if err := ctx.SetAdapter(a, 1); err != nil {
 		t.Fatal(err)
 	}
 	var seqs []llama.PGSeq
 	for _, e := range examples(t, m) {
-		toks := append(append([]llama.Token(nil), e.Prompt...), e.Completion...)
-		seqs = append(seqs, llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt)})
+		seqs = append(seqs, pgSeq(e))
 	}
 	return ctx, ps, seqs
 }
 
-func pgGrads(t *testing.T, ctx *llama.Context, ps []*llama.Param, seqs []llama.PGSeq) (float64, []float32, [][]float32) {
-	t.Helper()
+// pgSeq is an example as a PGEval sequence (weight 0).
+func pgSeq(e Example) llama.PGSeq {
+	toks := append(append([]llama.Token(nil), e.Prompt...), e.Completion...)
+	return llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt)}
+}
+
+// gradBuffers are zeroed gradient buffers for ps.
+func gradBuffers(ps []*llama.Param) [][]float32 {
 	grads := make([][]float32, len(ps))
 	for j, p := range ps {
 		grads[j] = make([]float32, p.Len())
 	}
+	return grads
+}
+
+func pgGrads(t *testing.T, ctx *llama.Context, ps []*llama.Param, seqs []llama.PGSeq) (float64, []float32, [][]float32) {
+	t.Helper()
+	grads := gradBuffers(ps)
 	loss, lp, err := ctx.PGEval(seqs, ps, grads)
 	if err != nil {
 		t.Fatal(err)
@@ -105,58 +122,21 @@ func TestTokenWeightsGradientCheck(t *testing.T) {
 	if math.Abs(loss-want) > 1e-4*math.Max(1, math.Abs(want)) {
 		t.Fatalf("loss %g, want -sum w_t log p_t = %g", loss, want)
 	}
-	scratch := make([][]float32, len(ps))
-	for j, p := range ps {
-		scratch[j] = make([]float32, p.Len())
-	}
-	lossAt := func(p *llama.Param, vals []float32, k int, v float32) float64 {
-		old := vals[k]
-		vals[k] = v
-		p.Set(vals)
+	scratch := gradBuffers(ps)
+	lossNow := func() float64 {
 		l, _, err := ctx.PGEval(seqs, ps, scratch) // the loss is evaluated with a backward pass only
-		vals[k] = old
-		p.Set(vals)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return l
 	}
-	const h = 2e-2
-	worst, checked := 0.0, 0
-	for j, p := range ps {
-		idx := make([]int, p.Len())
-		for k := range idx {
-			idx[k] = k
-		}
-		sort.Slice(idx, func(a, b int) bool { return math.Abs(float64(g[j][idx[a]])) > math.Abs(float64(g[j][idx[b]])) })
-		vals := make([]float32, p.Len())
-		p.Get(vals)
-		for _, k := range idx[:2] {
-			if g[j][k] == 0 {
-				continue
-			}
-			fd := (-lossAt(p, vals, k, vals[k]+2*h) + 8*lossAt(p, vals, k, vals[k]+h) -
-				8*lossAt(p, vals, k, vals[k]-h) + lossAt(p, vals, k, vals[k]-2*h)) / (12 * h)
-			rel := math.Abs(fd-float64(g[j][k])) / math.Max(math.Abs(fd), math.Abs(float64(g[j][k])))
-			worst = math.Max(worst, rel)
-			checked++
-			if rel > 1e-3 {
-				t.Errorf("%s[%d]: analytic %g, finite difference %g (relative error %.2g)", p.Name, k, g[j][k], fd, rel)
-			}
-		}
-	}
-	if checked == 0 {
-		t.Fatal("no gradient entries checked")
-	}
-	t.Logf("per-token weights: %d entries checked, worst relative error %.3g", checked, worst)
+	worst := fdCheck(t, ps, g, lossNow, nil, 2, 2e-2, 1e-3)
+	t.Logf("per-token weights: worst relative error %.3g", worst)
 }
 
 func TestTokenWeightsBad(t *testing.T) {
 	ctx, ps, seqs := pgSetup(t)
-	grads := make([][]float32, len(ps))
-	for j, p := range ps {
-		grads[j] = make([]float32, p.Len())
-	}
+	grads := gradBuffers(ps)
 	short := append([]llama.PGSeq(nil), seqs...)
 	short[0].TokenWeights = []float32{1}
 	if _, _, err := ctx.PGEval(short, ps, grads); err == nil {
@@ -203,18 +183,10 @@ func TestPGEvalParamsOutsideGraph(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, NUBatch: 256, NSeqMax: 1,
-		FlashAttn: "off", TrainingGraphs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	e := examples(t, m)[0]
-	seq := llama.PGSeq{Tokens: append(append([]llama.Token(nil), e.Prompt...), e.Completion...), NPrompt: len(e.Prompt), Weight: 1}
-	grads := make([][]float32, len(ps))
-	for j, p := range ps {
-		grads[j] = make([]float32, p.Len())
-	}
+	ctx := pgContext(t, m) // the adapter is not set on it
+	seq := pgSeq(examples(t, m)[0])
+	seq.Weight = 1
+	grads := gradBuffers(ps)
 	if _, _, err := ctx.PGEval([]llama.PGSeq{seq}, ps, grads); err == nil {
 		t.Fatal("PGEval with parameters outside the graph gave no error")
 	} else {

@@ -178,23 +178,58 @@ func TestTrainingForwardMatchesDecode(t *testing.T) {
 }
 
 // lossAt evaluates the loss with one parameter entry set to v.
-func lossAt(t *testing.T, tr *Trainer, exs []Example, j, k int, v float32) float64 {
-	vals := make([]float32, tr.params[j].Len())
-	tr.params[j].Get(vals)
-	old := vals[k]
-	vals[k] = v
-	tr.params[j].Set(vals)
-	st, err := tr.Gradient(context.Background(), exs)
-	vals[k] = old
-	tr.params[j].Set(vals)
-	if err != nil {
-		t.Fatal(err)
+// fdCheck compares the analytic gradients grads (one slice per parameter)
+// with central finite differences of loss on the perTensor entries with the
+// largest gradients of every parameter j that keep accepts (nil: all). It
+// fails the test on a relative error over tol and returns the worst one.
+func fdCheck(t *testing.T, ps []*llama.Param, grads [][]float32, loss func() float64, keep func(j int) bool, perTensor int, h float32, tol float64) float64 {
+	t.Helper()
+	worst := 0.0
+	checked := 0
+	for j, p := range ps {
+		if keep != nil && !keep(j) {
+			continue
+		}
+		g := grads[j]
+		idx := make([]int, len(g))
+		for k := range idx {
+			idx[k] = k
+		}
+		sort.Slice(idx, func(a, b int) bool { return math.Abs(float64(g[idx[a]])) > math.Abs(float64(g[idx[b]])) })
+		vals := make([]float32, p.Len())
+		p.Get(vals)
+		at := func(k int, v float32) float64 {
+			old := vals[k]
+			vals[k] = v
+			p.Set(vals)
+			l := loss()
+			vals[k] = old
+			p.Set(vals)
+			return l
+		}
+		for _, k := range idx[:min(perTensor, len(idx))] {
+			if g[k] == 0 {
+				continue
+			}
+			// A five-point stencil: the loss is computed in float32, so a
+			// step large enough to stay above its rounding noise needs the
+			// O(h^4) truncation error of this formula.
+			fd := (-at(k, vals[k]+2*h) + 8*at(k, vals[k]+h) - 8*at(k, vals[k]-h) + at(k, vals[k]-2*h)) / (12 * float64(h))
+			rel := math.Abs(fd-float64(g[k])) / math.Max(math.Abs(fd), math.Abs(float64(g[k])))
+			worst = math.Max(worst, rel)
+			checked++
+			if rel > tol {
+				t.Errorf("%s[%d]: analytic %g, finite difference %g (relative error %.2g)", p.Name, k, g[k], fd, rel)
+			}
+		}
 	}
-	return st.Loss
+	if checked == 0 {
+		t.Fatal("no gradient entries checked")
+	}
+	return worst
 }
 
-// gradCheck compares analytic gradients with central finite differences on
-// the entries with the largest gradients of each parameter tensor.
+// gradCheck checks a trainer's loss gradients (fdCheck, tolerance 1e-3).
 func gradCheck(t *testing.T, tr *Trainer, exs []Example, perTensor int, h float32) float64 {
 	if _, err := tr.Gradient(context.Background(), exs); err != nil {
 		t.Fatal(err)
@@ -203,41 +238,15 @@ func gradCheck(t *testing.T, tr *Trainer, exs []Example, perTensor int, h float3
 	for j, g := range tr.grads {
 		analytic[j] = append([]float32(nil), g...)
 	}
-	worst := 0.0
-	checked := 0
-	for j, p := range tr.params {
-		idx := make([]int, p.Len())
-		for k := range idx {
-			idx[k] = k
+	loss := func() float64 {
+		st, err := tr.Gradient(context.Background(), exs)
+		if err != nil {
+			t.Fatal(err)
 		}
-		g := analytic[j]
-		sort.Slice(idx, func(a, b int) bool { return math.Abs(float64(g[idx[a]])) > math.Abs(float64(g[idx[b]])) })
-		vals := make([]float32, p.Len())
-		p.Get(vals)
-		for _, k := range idx[:min(perTensor, len(idx))] {
-			if g[k] == 0 {
-				continue
-			}
-			// A five-point stencil: the loss is computed in float32, so a
-			// step large enough to stay above its rounding noise needs the
-			// O(h^4) truncation error of this formula.
-			l2p := lossAt(t, tr, exs, j, k, vals[k]+2*h)
-			l1p := lossAt(t, tr, exs, j, k, vals[k]+h)
-			l1m := lossAt(t, tr, exs, j, k, vals[k]-h)
-			l2m := lossAt(t, tr, exs, j, k, vals[k]-2*h)
-			fd := (-l2p + 8*l1p - 8*l1m + l2m) / (12 * float64(h))
-			rel := math.Abs(fd-float64(g[k])) / math.Max(math.Abs(fd), math.Abs(float64(g[k])))
-			worst = math.Max(worst, rel)
-			checked++
-			if rel > 1e-3 {
-				t.Errorf("%s[%d]: analytic %g, finite difference %g (relative error %.2g)", p.Name, k, g[k], fd, rel)
-			}
-		}
+		return st.Loss
 	}
-	if checked == 0 {
-		t.Fatal("no gradient entries checked")
-	}
-	t.Logf("gradient check: %d entries, worst relative error %.3g", checked, worst)
+	worst := fdCheck(t, tr.params, analytic, loss, nil, perTensor, h, 1e-3)
+	t.Logf("gradient check: worst relative error %.3g", worst)
 	return worst
 }
 
