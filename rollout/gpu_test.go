@@ -76,7 +76,8 @@ func TestGPUGreedyRolloutsMatchCPU(t *testing.T) {
 
 // TestGPURolloutLogprobsMatchTeacherForcing is docs/rollout.md's fidelity
 // claim on the device: sampled rollouts, then the same tokens teacher-forced,
-// both with every layer on the device.
+// both with every layer on the device, to 1e-4 where the device computes in
+// F32 (to F16's precision where it does not: testutil.VulkanF16).
 func TestGPURolloutLogprobsMatchTeacherForcing(t *testing.T) {
 	gpu := testutil.GPU(t)
 	for _, tc := range []struct {
@@ -102,7 +103,15 @@ func TestGPURolloutLogprobsMatchTeacherForcing(t *testing.T) {
 			recs, st := generate(t, e, tc.prompts)
 			dlp, dent := forceCopies(t, e, recs)
 			t.Logf("%s on %s: max |rollout - teacher-forced| log-prob %.3g, entropy %.3g over %d tokens", tc.name, gpu.Name, dlp, dent, st.Tokens)
-			testutil.Bound(t, gpu, tc.name+" max |rollout - teacher-forced| log-prob", dlp, 1e-4)
+			// docs/rollout.md's 1e-4 where the device computes in F32: lavapipe
+			// measured 2.3e-6 (tiny) and 8.2e-6 (stories260K) with
+			// GGML_VK_DISABLE_F16=1. With F16, Vulkan's default, batched and
+			// one-token products round differently: 5.9e-3 and 1.8e-2.
+			bound := 1e-4
+			if testutil.VulkanF16(gpu) {
+				bound = 5e-2
+			}
+			testutil.Bound(t, gpu, tc.name+" max |rollout - teacher-forced| log-prob", dlp, bound)
 		})
 	}
 }
