@@ -2,6 +2,7 @@ package llama_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -118,9 +119,8 @@ func TestGPULogitsMatchCPU(t *testing.T) {
 		}
 		d := maxDiff(rows[0], rows[1])
 		t.Logf("%s, adapter %v: max |logit CPU - device| %.3g", gpu.Name, withAdapter, d)
-		if d > 1e-2 {
-			t.Fatalf("adapter %v: logits on %s differ from the CPU's by %g", withAdapter, gpu.Name, d)
-		}
+		// lavapipe: 3.0e-3 with Vulkan's F16 products, 1.7e-6 without
+		testutil.Bound(t, gpu, fmt.Sprintf("max |logit CPU - device| (adapter %v)", withAdapter), d, testutil.PrecisionBound(gpu, 1e-4, 1e-2))
 	}
 
 	// gpu_layers 0 in a GPU build: no node on the device, even for a batch
@@ -203,7 +203,8 @@ func TestGPUGreedyStories(t *testing.T) {
 		d = math.Max(d, math.Abs(lps[0][k]-lps[1][k]))
 	}
 	t.Logf("stories260K on %s: %d greedy tokens identical to the CPU's, max |Δ log p| %.3g", gpu.Name, len(gens[0]), d)
-	testutil.Bound(t, gpu, "max |Δ log p| against the CPU (one batch)", d, 1e-2)
+	// lavapipe: 2.7e-3 with Vulkan's F16 products, 2.8e-6 without
+	testutil.Bound(t, gpu, "max |Δ log p| against the CPU (one batch)", d, testutil.PrecisionBound(gpu, 1e-4, 1e-2))
 }
 
 func logSoftmaxAt(l []float32, tok llama.Token) float64 {

@@ -89,10 +89,20 @@ func Bound(t testing.TB, dev llama.Device, what string, got, bound float64) {
 	}
 }
 
-// VulkanF16 reports whether dev is a Vulkan device that may compute matrix
+// vulkanF16 reports whether dev is a Vulkan device that may compute matrix
 // products of F32 tensors from F16 copies: ggml's Vulkan backend does on a
 // device with F16 arithmetic unless GGML_VK_DISABLE_F16 is set, and then a
 // GPU-against-CPU bound is at F16's precision, not F32's.
-func VulkanF16(dev llama.Device) bool {
+func vulkanF16(dev llama.Device) bool {
 	return strings.HasPrefix(dev.Name, "Vulkan") && os.Getenv("GGML_VK_DISABLE_F16") == ""
+}
+
+// PrecisionBound is the bound of a GPU-against-CPU check on dev: f16 where
+// the device's matrix products round F32 inputs to F16 (vulkanF16), f32
+// otherwise.
+func PrecisionBound(dev llama.Device, f32, f16 float64) float64 {
+	if vulkanF16(dev) {
+		return f16
+	}
+	return f32
 }
