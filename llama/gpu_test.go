@@ -252,3 +252,34 @@ func writeTinyAdapter(t *testing.T, m *llama.Model) string {
 	}
 	return path
 }
+
+// TestGPUBackwardOpsMatchCPU computes the ops of a training graph's backward
+// pass, with the operand layouts it gives them, on the device and on the
+// CPU (llama.CompareBackwardOps): each within F32 rounding, the matrix
+// products within F16's where the device multiplies F32 matrices from F16
+// copies. lavapipe before patch 0052: Vulkan's ACC of a permuted tensor off
+// by 1.39 (1.15 in 4-d), which scrambled the query's gradient in every
+// training step; before patch 0053, with GGML_VK_DISABLE_F16=1, the product
+// of permuted operands off by 2.6e-4.
+func TestGPUBackwardOpsMatchCPU(t *testing.T) {
+	gpu := testutil.GPU(t)
+	diffs, err := llama.CompareBackwardOps(gpu.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 11 {
+		t.Fatalf("%d ops compared, want 11: %v", len(diffs), diffs)
+	}
+	for _, d := range diffs {
+		t.Logf("%s (%s) on %s: relative error %.3g", d.What, d.Op, gpu.Name, d.RelErr)
+	}
+	for _, d := range diffs {
+		// lavapipe: every op but MUL_MAT within 1.1e-7; MUL_MAT 9.5e-8 and
+		// 1.6e-7 in F32, 7.2e-4 and 2.6e-4 with Vulkan's F16 products
+		bound := 1e-5
+		if d.Op == "MUL_MAT" {
+			bound = testutil.PrecisionBound(gpu, 1e-5, 3e-3)
+		}
+		testutil.Bound(t, gpu, d.What+" ("+d.Op+"), relative error against the CPU", d.RelErr, bound)
+	}
+}
