@@ -111,6 +111,16 @@ type PGSeq struct {
 	TokenWeights []float32
 }
 
+// ComputeBufferBytes is the size of the context's compute buffers over every
+// backend: what the largest graph computed so far needed (they only grow).
+// After PGEval with params, the training graph's activations and gradients.
+func (c *Context) ComputeBufferBytes() int64 {
+	if c == nil || c.c == nil {
+		return 0
+	}
+	return int64(C.llama_context_compute_buffer_size(c.c))
+}
+
 // PGEval runs the model on seqs packed into one micro-batch, without the KV
 // cache, and evaluates L = -sum_i Weight_i * sum_t log p(completion token t)
 // (or -sum_i sum_t TokenWeights_i[t] * log p where token weights are given).

@@ -130,7 +130,7 @@ type TrainConfig struct {
 	Beta        float64  `toml:"beta"`         // weight of the k3 KL to the model without the adapter
 	Schedule    string   `toml:"schedule"`     // constant, linear, cosine
 	WarmupSteps int      `toml:"warmup_steps"` // updates of linear warm-up
-	MicroBatch  int      `toml:"micro_batch"`  // tokens evaluated in one forward-backward pass (memory bound)
+	MicroBatch  int      `toml:"micro_batch"`  // tokens packed into one forward-backward pass (its memory); 0 = sized from the model
 	Seed        uint64   `toml:"seed"`
 }
 
@@ -159,7 +159,7 @@ func DefaultConfig() Config {
 		Reward:     RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
 		Advantage:  AdvantageConfig{Estimator: "grpo", Scale: "group"},
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
-			GradClip: 1, LossAgg: "token_mean", MicroBatch: 512, Iterations: 1, Epsilon: 0.2, Schedule: "constant",
+			GradClip: 1, LossAgg: "token_mean", Iterations: 1, Epsilon: 0.2, Schedule: "constant",
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
 		Run:        RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
 		Experiment: ExperimentConfig{Arms: []string{"binary_grpo", "confclip_grpo", "confclip_dr_grpo"}, Seeds: []uint64{1, 2, 3}},

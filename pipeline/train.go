@@ -50,6 +50,13 @@ type TrainSummary struct {
 	Steps      []train.StepStats `json:"steps"`
 	AdapterOut string            `json:"adapter_out"`
 	NewAdapter bool              `json:"new_adapter"`
+	// MicroBatch is the tokens packed into one pass ([train] micro_batch, or
+	// the size chosen from the model); ComputeBufferBytes the training
+	// context's activations at the largest pass; PeakRSSBytes the process's
+	// peak resident memory, weights included (0 where unknown).
+	MicroBatch         int   `json:"micro_batch"`
+	ComputeBufferBytes int64 `json:"compute_buffer_bytes"`
+	PeakRSSBytes       int64 `json:"peak_rss_bytes"`
 }
 
 // Examples converts exported records into the trainer's examples: a
@@ -199,5 +206,8 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, err
 	}
 	sum.AdapterOut = o.AdapterOut
+	sum.MicroBatch = tr.Config().MicroBatchTokens
+	sum.ComputeBufferBytes = tr.ComputeBufferBytes()
+	sum.PeakRSSBytes = PeakRSS()
 	return sum, nil
 }

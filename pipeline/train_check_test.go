@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/train"
 )
 
 // TestTrainChecksColumnsAgainstTokens: completion_mask, advantages and
@@ -74,5 +77,44 @@ func TestTrainChecksColumnsAgainstTokens(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path+": record 2 (prompt \"p\" sample 1)") {
 			t.Errorf("%s: got %v, want %q naming record 2", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestTrainReportsMemory: `confclip train`'s summary gives the micro-batch
+// it used (sized from the model by default), the training activations and
+// the process's peak memory, which holds them.
+func TestTrainReportsMemory(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "train.jsonl")
+	w, err := dataset.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		w.Write(dataset.TrainExample{PromptID: "p", Sample: i, PromptIDs: []int32{1, 5, 6}, CompletionIDs: []int32{7, 8, int32(9 + i)}, Advantage: float64(i) - 1.5})
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Model.Path = model
+	sum, err := Train(context.Background(), TrainOptions{Config: cfg, Data: path, AdapterOut: filepath.Join(dir, "out.gguf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := llama.LoadModel(model, llama.ModelParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if want := train.AutoMicroBatch(m); sum.MicroBatch != want {
+		t.Errorf("micro-batch %d, want %d (sized from the model)", sum.MicroBatch, want)
+	}
+	if sum.ComputeBufferBytes <= 0 || sum.PeakRSSBytes < sum.ComputeBufferBytes {
+		t.Errorf("activations %d bytes, peak memory %d bytes", sum.ComputeBufferBytes, sum.PeakRSSBytes)
 	}
 }

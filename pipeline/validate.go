@@ -160,7 +160,7 @@ func (c Config) Validate() error {
 		bad("train.schedule", "%v", err)
 	}
 	atLeast("train.warmup_steps", t.WarmupSteps, 0, "want 0 or more updates")
-	atLeast("train.micro_batch", t.MicroBatch, 1, "want at least 1 token per pass")
+	atLeast("train.micro_batch", t.MicroBatch, 0, "want 0 (sized from the model) or a number of tokens per pass")
 
 	rn := c.Run
 	atLeast("run.steps", rn.Steps, 1, "want at least 1 step")

@@ -24,8 +24,10 @@ type Config struct {
 	GradClip    float64 // clip the global gradient norm to this; 0 = off
 	LossAgg     string
 	MaxTokens   int // the rollout's completion limit (seq_mean_token_sum_norm)
-	// MicroBatchTokens bounds the tokens evaluated at once (memory); the
-	// step accumulates gradients over as many micro-batches as it needs.
+	// MicroBatchTokens bounds the tokens packed into one forward-backward
+	// pass (its activations are the step's memory); the step accumulates
+	// gradients over as many micro-batches as it needs, and a longer
+	// sequence runs alone. 0 = AutoMicroBatch, sized from the model.
 	MicroBatchTokens int
 	Threads          int
 	// Iterations is mu, the updates Update makes on one batch (0 = 1).
@@ -46,9 +48,10 @@ type Config struct {
 	Profile bool
 }
 
-// DefaultConfig is AdamW with lr 1e-4, clipping at 1, token_mean.
+// DefaultConfig is AdamW with lr 1e-4, clipping at 1, token_mean, the
+// micro-batch sized from the model.
 func DefaultConfig() Config {
-	return Config{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1, LossAgg: TokenMean, MicroBatchTokens: 512}
+	return Config{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1, LossAgg: TokenMean}
 }
 
 // Example is one completion to learn from.
@@ -108,6 +111,9 @@ type Trainer struct {
 	model   *llama.Model
 	ctx     *llama.Context
 	adapter *llama.Adapter // nil for full-parameter training
+	// capacity is the tokens ctx holds in one pass (grow makes it larger)
+	capacity int
+	profPrev []llama.OpStat // profile totals of the contexts grow replaced
 	params  []*llama.Param
 	values  [][]float32 // current parameter values (mirrors llama.cpp's)
 	grads   [][]float32 // this step's gradient
@@ -177,16 +183,14 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 		return nil, fmt.Errorf("invalid optimiser settings %+v", cfg)
 	}
 	if cfg.MicroBatchTokens <= 0 {
-		cfg.MicroBatchTokens = 512
+		cfg.MicroBatchTokens = AutoMicroBatch(m)
 	}
-	nctx := (cfg.MicroBatchTokens + 255) / 256 * 256 // llama.cpp pads n_ctx to 256
-	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: nctx, NUBatch: nctx, NSeqMax: 1,
-		Threads: cfg.Threads, FlashAttn: "off", TrainingGraphs: true, Profile: cfg.Profile})
+	t := &Trainer{cfg: cfg, model: m, params: ps, capacity: contextTokens(cfg.MicroBatchTokens)}
+	ctx, err := t.newContext(t.capacity)
 	if err != nil {
 		return nil, err
 	}
-	cfg.MicroBatchTokens = nctx
-	t := &Trainer{cfg: cfg, model: m, ctx: ctx, params: ps}
+	t.ctx = ctx
 	for _, p := range ps {
 		n := p.Len()
 		v := make([]float32, n)
@@ -235,8 +239,9 @@ func (t *Trainer) weights(exs []Example) []float64 {
 }
 
 // microBatches packs examples, in order, into micro-batches of at most
-// MicroBatchTokens tokens, each sequence with its weight w[i] or, where
-// tokenW[i] is given, its tokens' weights.
+// MicroBatchTokens tokens (a longer sequence alone, the context grown to
+// hold it), each sequence with its weight w[i] or, where tokenW[i] is
+// given, its tokens' weights.
 func (t *Trainer) microBatches(exs []Example, w []float64, tokenW [][]float32) ([][]llama.PGSeq, error) {
 	var out [][]llama.PGSeq
 	var cur []llama.PGSeq
@@ -256,12 +261,12 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW [][]float32) (
 				return nil, fmt.Errorf("example %d: token %d outside the model's vocabulary (size %d): wrong model?", i+1, tok, nv)
 			}
 		}
-		if len(toks) > t.cfg.MicroBatchTokens {
-			return nil, fmt.Errorf("example %d: %d tokens exceed the micro-batch of %d tokens (raise the micro-batch)", i+1, len(toks), t.cfg.MicroBatchTokens)
-		}
-		if n+len(toks) > t.cfg.MicroBatchTokens {
+		if n > 0 && n+len(toks) > t.cfg.MicroBatchTokens {
 			out = append(out, cur)
 			cur, n = nil, 0
+		}
+		if err := t.grow(len(toks)); err != nil {
+			return nil, fmt.Errorf("example %d: %w", i+1, err)
 		}
 		seq := llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt)}
 		if w != nil {
@@ -413,8 +418,14 @@ func (t *Trainer) fillReference(exs []Example) error {
 		return errors.New("train.beta > 0 needs a LoRA adapter: the reference is the model without it")
 	}
 	sub := make([]Example, len(need))
+	longest := 0
 	for k, i := range need {
 		sub[k] = exs[i]
+		longest = max(longest, len(exs[i].Prompt)+len(exs[i].Completion))
+	}
+	// a context grown while the adapter is off would get it back
+	if err := t.grow(longest); err != nil {
+		return err
 	}
 	t.ctx.ClearAdapters()
 	lp, err := t.LogProbs(sub)

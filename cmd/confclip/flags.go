@@ -123,7 +123,7 @@ func trainFlags() []cli.Flag {
 		floatOpt("weight-decay", nil, "AdamW decoupled weight decay ([train] weight_decay)", func(c *pipeline.Config) *float64 { return &c.Train.WeightDecay }),
 		floatOpt("grad-clip", nil, "clip the gradient's global norm, 0 = off ([train] grad_clip)", func(c *pipeline.Config) *float64 { return &c.Train.GradClip }),
 		stringOpt("loss-agg", nil, "token_mean, seq_mean_token_mean or seq_mean_token_sum_norm ([train] loss_agg)", func(c *pipeline.Config) *string { return &c.Train.LossAgg }),
-		intOpt("micro-batch", nil, "tokens per forward-backward pass ([train] micro_batch)", func(c *pipeline.Config) *int { return &c.Train.MicroBatch }),
+		intOpt("micro-batch", nil, "tokens packed into one forward-backward pass, 0 = sized from the model's memory ([train] micro_batch)", func(c *pipeline.Config) *int { return &c.Train.MicroBatch }),
 	}
 }
 

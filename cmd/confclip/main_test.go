@@ -154,7 +154,7 @@ func TestHelpShowsConfigDefaults(t *testing.T) {
 	}{
 		{"rollout", []string{"--group int, -G int", "(default: 8)", "--max-tokens int, -n int, --n-predict int", "(default: 256)", "--temperature float, --temp float", "--ctx-size int, -c int, --ctx int", "(default: 2048)", "--gpu-layers int, --ngl int, --n-gpu-layers int", "--adapter FILE, --lora FILE", "--seed uint, -s uint", "--parallel int, --np int", "--chat-template", "--device", "--config FILE"}},
 		{"score", []string{"--lambda float", "(default: 1)", "--lo float", "(default: 0.2)", "--hi float", "(default: 0.95)", "--format-pattern", "--timeout duration", "(default: 2s)", "--config FILE"}},
-		{"train", []string{"--lora-rank int", "(default: 8)", "--lr float", "(default: 0.0001)", "--micro-batch int", "(default: 512)", "--grad-clip float", "--adapter-in"}},
+		{"train", []string{"--lora-rank int", "(default: 8)", "--lr float", "(default: 0.0001)", "--micro-batch int", "(default: 0)", "--grad-clip float", "--adapter-in"}},
 		{"eval", []string{"--fail-under X", "--junit FILE", "--temp", "-ngl", "--config FILE"}},
 	} {
 		code, out := runOut(t, tc.cmd, "--help")

@@ -1,0 +1,157 @@
+package train
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/confclip/confclip/internal/testutil"
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/modelgen"
+)
+
+// randomExamples are n sequences of a 16-token prompt and a 48-token
+// completion of random tokens.
+func randomExamples(m *llama.Model, n int, seed uint64) []Example {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	tok := func() llama.Token { return llama.Token(3 + rng.IntN(m.NVocab()-3)) }
+	var exs []Example
+	for i := 0; i < n; i++ {
+		e := Example{Prompt: make([]llama.Token, 16), Completion: make([]llama.Token, 48), Advantage: rng.Float64() - 0.5}
+		for j := range e.Prompt {
+			e.Prompt[j] = tok()
+		}
+		for j := range e.Completion {
+			e.Completion[j] = tok()
+		}
+		exs = append(exs, e)
+	}
+	return exs
+}
+
+// TestActivationEstimate: ActivationBytes, which sizes the default
+// micro-batch, is above the compute buffer a LoRA training pass really
+// allocates (llama_context_compute_buffer_size after the pass), and within
+// 2x of it, on every generated architecture and stories260K, for 64 to 512
+// packed tokens.
+func TestActivationEstimate(t *testing.T) {
+	paths := map[string]string{}
+	for _, a := range modelgen.Archs {
+		paths[a] = testutil.ArchModel(t, a)
+	}
+	if p := filepath.Join(testutil.SharedDir(), "stories260K.gguf"); fileExists(p) {
+		paths["stories260K"] = p
+	} else {
+		t.Logf("NOT RUN on stories260K: %s is absent", p)
+	}
+	for name, p := range paths {
+		m, err := llama.LoadModel(p, llama.ModelParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		a := newAdapter(t, m, true)
+		for _, n := range []int{64, 256, 512} {
+			cfg := testConfig()
+			cfg.MicroBatchTokens = n
+			tr, err := NewLoRATrainer(m, a, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exs := randomExamples(m, n/64, 1)
+			st, err := tr.Gradient(context.Background(), exs)
+			got := tr.ComputeBufferBytes()
+			tr.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.MicroBatches != 1 {
+				t.Fatalf("%s: %d micro-batches for %d tokens", name, st.MicroBatches, n)
+			}
+			est := ActivationBytes(ModelShape(m), n, n/64*48)
+			t.Logf("%s, %d tokens: compute buffer %.2f MiB, estimate %.2f MiB (%.2fx)", name, n, float64(got)/(1<<20), float64(est)/(1<<20), float64(est)/float64(got))
+			if got <= 0 || est < got || est > 2*got {
+				t.Errorf("%s, %d tokens: estimate %d bytes against a compute buffer of %d", name, n, est, got)
+			}
+		}
+	}
+}
+
+// TestAutoMicroBatch: the default micro-batch is the largest whose estimate
+// fits the budget; the tiny model's budget (the 48 MiB floor) holds the
+// cap of 512 tokens, and a trainer created without a micro-batch uses it.
+func TestAutoMicroBatch(t *testing.T) {
+	m := load(t, false)
+	n := AutoMicroBatch(m)
+	s, budget := ModelShape(m), ActivationBudget(m)
+	if budget != MinActivationBudget {
+		t.Fatalf("budget %d for a model of %d bytes, want the floor %d", budget, m.Info().SizeBytes, MinActivationBudget)
+	}
+	if ActivationBytes(s, n, n) > budget || (n < MaxAutoMicroBatch && ActivationBytes(s, n+1, n+1) <= budget) {
+		t.Fatalf("auto micro-batch %d: estimate %d, and %d for one more token, budget %d", n, ActivationBytes(s, n, n), ActivationBytes(s, n+1, n+1), budget)
+	}
+	if n != MaxAutoMicroBatch {
+		t.Fatalf("auto micro-batch %d for the tiny model, want the cap %d", n, MaxAutoMicroBatch)
+	}
+	cfg := testConfig()
+	cfg.MicroBatchTokens = 0
+	tr, err := NewLoRATrainer(m, newAdapter(t, m, false), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if got := tr.Config().MicroBatchTokens; got != n {
+		t.Fatalf("trainer's micro-batch %d, want %d", got, n)
+	}
+}
+
+// TestLongSequenceRunsAlone: a sequence longer than the micro-batch (and
+// than the context made for it) runs alone in a context grown to hold it,
+// with the loss, gradient and log-probs of one pass over everything.
+func TestLongSequenceRunsAlone(t *testing.T) {
+	m := load(t, false)
+	a := newAdapter(t, m, true)
+	exs := randomExamples(m, 3, 4)
+	exs[1].Completion = append(exs[1].Completion, randomExamples(m, 2, 5)[0].Completion...) // 112 tokens
+	run := func(mb int) (*Trainer, StepStats, [][]float32) {
+		cfg := testConfig()
+		cfg.MicroBatchTokens = mb
+		tr, err := NewLoRATrainer(m, a, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		st, err := tr.Gradient(context.Background(), exs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lp, err := tr.LogProbs(exs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr, st, lp
+	}
+	whole, st1, lp1 := run(512)
+	alone, st2, lp2 := run(64)
+	if st1.MicroBatches != 1 || st2.MicroBatches != 3 {
+		t.Fatalf("micro-batches %d and %d, want 1 and 3", st1.MicroBatches, st2.MicroBatches)
+	}
+	if alone.capacity != 128 {
+		t.Fatalf("context for %d tokens after a 112-token sequence, want 128", alone.capacity)
+	}
+	if math.Abs(st1.Loss-st2.Loss) > 1e-5*math.Max(1, math.Abs(st1.Loss)) {
+		t.Fatalf("loss %g in one pass, %g with the long sequence alone", st1.Loss, st2.Loss)
+	}
+	if e := relErr(snapshotGrads(alone), snapshotGrads(whole)); e > 1e-4 {
+		t.Fatalf("gradients differ: relative error %g", e)
+	}
+	for i := range lp1 {
+		for k := range lp1[i] {
+			if d := math.Abs(float64(lp1[i][k] - lp2[i][k])); d > 1e-4 {
+				t.Fatalf("example %d token %d: log-prob %g in one pass, %g alone", i, k, lp1[i][k], lp2[i][k])
+			}
+		}
+	}
+}
