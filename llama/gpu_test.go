@@ -260,7 +260,7 @@ func writeTinyAdapter(t *testing.T, m *llama.Model) string {
 // copies. lavapipe before patch 0052: Vulkan's ACC of a permuted tensor off
 // by 1.39 (1.15 in 4-d), which scrambled the query's gradient in every
 // training step; before patch 0053, with GGML_VK_DISABLE_F16=1, the product
-// of permuted operands off by 2.6e-4.
+// of permuted operands off by about 3e-4.
 func TestGPUBackwardOpsMatchCPU(t *testing.T) {
 	gpu := testutil.GPU(t)
 	diffs, err := llama.CompareBackwardOps(gpu.Name)
@@ -271,11 +271,21 @@ func TestGPUBackwardOpsMatchCPU(t *testing.T) {
 		t.Fatalf("%d ops compared, want 11: %v", len(diffs), diffs)
 	}
 	for _, d := range diffs {
+		if !d.Supported {
+			t.Logf("%s (%s): %s's backend declines it (the CPU computes it)", d.What, d.Op, gpu.Name)
+			continue
+		}
 		t.Logf("%s (%s) on %s: relative error %.3g", d.What, d.Op, gpu.Name, d.RelErr)
 	}
 	for _, d := range diffs {
-		// lavapipe: every op but MUL_MAT within 1.1e-7; MUL_MAT 9.5e-8 and
-		// 1.6e-7 in F32, 7.2e-4 and 2.6e-4 with Vulkan's F16 products
+		if !d.Supported {
+			if strings.HasPrefix(gpu.Name, "Vulkan") {
+				t.Errorf("%s (%s): the Vulkan backend declines it; it runs all of these since patch 0052", d.What, d.Op)
+			}
+			continue
+		}
+		// lavapipe: every op but MUL_MAT within 1.1e-7; MUL_MAT 9.7e-8 and
+		// 1.7e-7 in F32, 6.8e-4 and 2.6e-4 with Vulkan's F16 products
 		bound := 1e-5
 		if d.Op == "MUL_MAT" {
 			bound = testutil.PrecisionBound(gpu, 1e-5, 3e-3)
