@@ -69,14 +69,17 @@ func TestGPUGreedyRolloutsMatchCPU(t *testing.T) {
 			}
 			testutil.Bound(t, gpu, fmt.Sprintf("the number of %d greedy rollouts not token-identical to the CPU's", len(recs[0])), float64(differ), 0)
 			t.Logf("%s on %s: %d greedy tokens identical to the CPU's, max |Δ log p| %.3g", tc.name, gpu.Name, tokens, dlp)
-			testutil.Bound(t, gpu, tc.name+" greedy rollouts' max |Δ log p| against the CPU", dlp, 1e-2)
+			// lavapipe: 4.4e-3 (tiny) and 2.7e-3 (stories260K) with Vulkan's
+			// F16 products, 1.9e-6 and 5.2e-6 without
+			testutil.Bound(t, gpu, tc.name+" greedy rollouts' max |Δ log p| against the CPU", dlp, testutil.PrecisionBound(gpu, 1e-4, 1e-2))
 		})
 	}
 }
 
 // TestGPURolloutLogprobsMatchTeacherForcing is docs/rollout.md's fidelity
 // claim on the device: sampled rollouts, then the same tokens teacher-forced,
-// both with every layer on the device.
+// both with every layer on the device, to 1e-4 where the device computes in
+// F32 (to F16's precision where it does not: testutil.PrecisionBound).
 func TestGPURolloutLogprobsMatchTeacherForcing(t *testing.T) {
 	gpu := testutil.GPU(t)
 	for _, tc := range []struct {
@@ -102,7 +105,11 @@ func TestGPURolloutLogprobsMatchTeacherForcing(t *testing.T) {
 			recs, st := generate(t, e, tc.prompts)
 			dlp, dent := forceCopies(t, e, recs)
 			t.Logf("%s on %s: max |rollout - teacher-forced| log-prob %.3g, entropy %.3g over %d tokens", tc.name, gpu.Name, dlp, dent, st.Tokens)
-			testutil.Bound(t, gpu, tc.name+" max |rollout - teacher-forced| log-prob", dlp, 1e-4)
+			// docs/rollout.md's 1e-4 where the device computes in F32: lavapipe
+			// measured 2.3e-6 (tiny) and 8.2e-6 (stories260K) with
+			// GGML_VK_DISABLE_F16=1. With F16, Vulkan's default, batched and
+			// one-token products round differently: 5.9e-3 and 1.8e-2.
+			testutil.Bound(t, gpu, tc.name+" max |rollout - teacher-forced| log-prob", dlp, testutil.PrecisionBound(gpu, 1e-4, 5e-2))
 		})
 	}
 }
