@@ -124,6 +124,8 @@ RUN  ?= .
 # failure, the failing tests' output.
 test: $(LIBS)
 	$(GO) vet $(PKGS)
+	@unformatted=$$(gofmt -l $$($(GO) list -f '{{.Dir}}' $(PKGS))); \
+	  [ -z "$$unformatted" ] || { echo "gofmt: not formatted (run gofmt -w):"; echo "$$unformatted"; exit 1; }
 	@set -o pipefail; $(GO) test -v $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RUN)' $(PKGS) 2>&1 \
 	  | tee $(BUILD)/test.log | grep -E '^(ok|FAIL|--- FAIL|--- SKIP|panic:)|NOT RUN' \
 	  || { echo; echo "failures (full log in $(BUILD)/test.log):"; grep -A30 -e '--- FAIL' -e '^panic:' $(BUILD)/test.log | head -300; exit 1; }

@@ -194,7 +194,9 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 	var closs C.double
 	c.profStart()
 	var rc C.int32_t
-	msg := call(func() { rc = C.llama_pg_eval(c.c, cs, C.int32_t(len(seqs)), cparams, C.int32_t(len(params)), cgrads, &closs, lp) })
+	msg := call(func() {
+		rc = C.llama_pg_eval(c.c, cs, C.int32_t(len(seqs)), cparams, C.int32_t(len(params)), cgrads, &closs, lp)
+	})
 	if rc != 0 {
 		return 0, nil, fmt.Errorf("llama: %s", because(fmt.Sprintf("training evaluation failed (%d)", int(rc)), msg))
 	}

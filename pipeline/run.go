@@ -114,8 +114,8 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	}
 
 	mc := cfg.Model
-	mc.Adapter = ""               // the run's own adapter is loaded below
-	h, err := openModelFor(mc, true) // no repacking: a repacked quantized weight has no backward product
+	mc.Adapter = ""                  // the run's own adapter is loaded below
+	h, err := openModelFor(mc, true) // to train: no repacking, precision warnings
 	if err != nil {
 		return res, err
 	}

@@ -154,8 +154,8 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	}
 	sum.Examples = len(recs)
 	mc := cfg.Model
-	mc.Adapter = ""               // the adapter trained here is loaded below
-	h, err := openModelFor(mc, true) // no repacking: a repacked quantized weight has no backward product
+	mc.Adapter = ""                  // the adapter trained here is loaded below
+	h, err := openModelFor(mc, true) // to train: no repacking, precision warnings
 	if err != nil {
 		return sum, err
 	}

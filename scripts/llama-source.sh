@@ -34,9 +34,12 @@ fi
 
 rm -rf "$dst"
 mkdir -p "$dst/llama" "$dst/ggml"
+# Every file gets the time it is laid down (tar -m), not the module's: after
+# a patch is removed, a file no other patch touches would otherwise go back to
+# an old time and its stale object would be kept by the build.
 copy() { # copy a folder without Go files (they would join `go test ./...`)
   mkdir -p "$2"
-  tar -C "$1" --exclude='*.go' -cf - . | tar -C "$2" -xf -
+  tar -C "$1" --exclude='*.go' -cf - . | tar -C "$2" -xmf -
 }
 copy "$dir/llama/llama.cpp/include" "$dst/llama/include"
 copy "$dir/llama/llama.cpp/src" "$dst/llama/src"

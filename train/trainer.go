@@ -114,12 +114,12 @@ type Trainer struct {
 	// capacity is the tokens ctx holds in one pass (grow makes it larger)
 	capacity int
 	profPrev []llama.OpStat // profile totals of the contexts grow replaced
-	params  []*llama.Param
-	values  [][]float32 // current parameter values (mirrors llama.cpp's)
-	grads   [][]float32 // this step's gradient
-	mgrad   [][]float32 // per micro-batch gradient buffer
-	m, v    [][]float32 // AdamW moments
-	step    int64
+	params   []*llama.Param
+	values   [][]float32 // current parameter values (mirrors llama.cpp's)
+	grads    [][]float32 // this step's gradient
+	mgrad    [][]float32 // per micro-batch gradient buffer
+	m, v     [][]float32 // AdamW moments
+	step     int64
 }
 
 // NewLoRATrainer trains the adapter's A and B matrices. The adapter must have
