@@ -5,23 +5,36 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/train"
 )
 
-// docFiles are the pages whose commands TestDocumentedCommands runs.
-var docFiles = []string{"README.md", "docs/quickstart.md", "docs/recipes.md"}
+// docFiles are the pages whose commands TestDocumentedCommands runs: every
+// page that shows a confclip command.
+var docFiles = []string{"README.md", "docs/quickstart.md", "docs/recipes.md", "docs/export.md", "docs/formats.md",
+	"docs/rollout.md", "docs/scale.md", "docs/training-speed.md", "docs/verifiers.md"}
 
-// TestDocumentedCommands runs every confclip command of the README, the
-// quick start and the recipes, as written, in a folder that holds the files
-// they name: M.gguf (the generated tiny model), prompts.jsonl, test.jsonl,
-// smoke.jsonl (prompts with answers), completions.jsonl (the recipe's
-// records), CONFIG.toml and my.toml (a run on those). Commands run in page
-// order, so that a stage reads what the one before wrote. $CONFCLIP_CONFIG
-// keeps everything small (4 tokens a completion) and makes every answer
-// right (a format verifier that takes anything), so --fail-under passes.
+// TestDocumentedCommands runs every confclip command of the pages in
+// docFiles, as written, in a folder that holds the files they name: M.gguf
+// and model.gguf (the generated tiny model), A.gguf and step3.gguf (LoRA
+// adapters for it), prompts.jsonl, test.jsonl, smoke.jsonl (prompts with
+// answers), qa.jsonl (other field names), cases.jsonl (answers and
+// completions), examples.jsonl (a training set), completions.jsonl (the recipe's records), CONFIG.toml and
+// my.toml (a run on those). Commands run in page order, so that a stage
+// reads what the one before wrote. $CONFCLIP_CONFIG keeps everything small
+// (4 tokens a completion) and makes every answer right (a format verifier
+// that takes anything), so --fail-under passes.
+//
+// A synopsis (a line with [optional] flags) is not run: every flag it names
+// must be one of its command's. A block after a line "<!-- not run: WHY -->"
+// is not run either (a script for N machines over ssh, a server that runs
+// until stopped); the test says so with the reason, which names the test
+// that covers it.
 func TestDocumentedCommands(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -41,7 +54,17 @@ func TestDocumentedCommands(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	writeDocFixtures(t, dir)
+	ran := 0
 	for _, c := range cmds {
+		if c.notRun != "" {
+			t.Logf("%s:%d: not run (%s): %s", c.file, c.line, c.notRun, c.text)
+			continue
+		}
+		if c.synopsis {
+			checkSynopsis(t, c)
+			continue
+		}
+		ran++
 		code, out := runOut(t, c.args...)
 		if asksGPU(c.args) && code == 1 && strings.Contains(out, "no GPU backend") {
 			// A GPU recipe on a CPU-only build: the documented clear error,
@@ -52,7 +75,7 @@ func TestDocumentedCommands(t *testing.T) {
 			t.Errorf("%s:%d: %s: exit %d\n%s", c.file, c.line, c.text, code, out)
 		}
 	}
-	t.Logf("ran %d documented commands", len(cmds))
+	t.Logf("ran %d documented commands of %d", ran, len(cmds))
 }
 
 // asksGPU reports whether a command offloads layers (-ngl N, N != 0).
@@ -69,14 +92,47 @@ func asksGPU(args []string) bool {
 }
 
 type docCommand struct {
-	file string
-	line int
-	text string
-	args []string
+	file     string
+	line     int
+	text     string
+	args     []string
+	synopsis bool   // [optional] flags: checked, not run
+	notRun   string // the reason its block gives
+}
+
+// checkSynopsis checks that every flag of a synopsis line is one of its
+// command's (subcommands followed down from the words before the flags).
+func checkSynopsis(t *testing.T, c docCommand) {
+	t.Helper()
+	cmd := newApp()
+	for _, a := range c.args {
+		a = strings.Trim(a, "[].")
+		if a == "" {
+			continue
+		}
+		if !strings.HasPrefix(a, "-") {
+			if sub := cmd.Command(a); sub != nil {
+				cmd = sub
+			}
+			continue
+		}
+		name := strings.TrimLeft(a, "-")
+		found := false
+		for _, f := range cmd.Flags {
+			if slices.Contains(f.Names(), name) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("%s:%d: %s: %s has no flag %s", c.file, c.line, c.text, cmd.Name, a)
+		}
+	}
 }
 
 // documentedCommands returns the code lines of a Markdown page (indented
-// four spaces, or inside a fence) that run confclip.
+// four spaces, or inside a fence) that run confclip; a line ending in a
+// backslash goes on in the next.
 func documentedCommands(path string) ([]docCommand, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -86,15 +142,31 @@ func documentedCommands(path string) ([]docCommand, error) {
 	var out []docCommand
 	sc := bufio.NewScanner(f)
 	n, fenced := 0, false
+	notRun := "" // a "not run" note covers the block right after it
 	for sc.Scan() {
 		n++
 		line := sc.Text()
+		if why, ok := strings.CutPrefix(strings.TrimSpace(line), "<!-- not run:"); ok {
+			notRun = strings.TrimSpace(strings.TrimSuffix(why, "-->"))
+			continue
+		}
 		if strings.HasPrefix(strings.TrimSpace(line), "```") {
 			fenced = !fenced
+			if !fenced {
+				notRun = ""
+			}
 			continue
 		}
 		if !fenced && !strings.HasPrefix(line, "    ") {
+			if strings.TrimSpace(line) != "" {
+				notRun = ""
+			}
 			continue
+		}
+		start := n
+		for strings.HasSuffix(line, "\\") && sc.Scan() {
+			n++
+			line = strings.TrimSuffix(line, "\\") + " " + strings.TrimSpace(sc.Text())
 		}
 		text := strings.TrimSpace(line)
 		rest, ok := strings.CutPrefix(text, "bin/confclip ")
@@ -107,7 +179,8 @@ func documentedCommands(path string) ([]docCommand, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %v", path, n, err)
 		}
-		out = append(out, docCommand{file: filepath.Base(path), line: n, text: text, args: args})
+		out = append(out, docCommand{file: filepath.Base(path), line: start, text: text, args: args,
+			synopsis: strings.Contains(text, "[-"), notRun: notRun})
 	}
 	return out, sc.Err()
 }
@@ -161,15 +234,31 @@ func shellWords(s string) ([]string, error) {
 
 func writeDocFixtures(t *testing.T, dir string) {
 	t.Helper()
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: "M.gguf"}); err != nil {
+	for _, name := range []string{"M.gguf", "model.gguf"} {
+		if err := pipeline.GenModel(pipeline.GenModelOptions{Out: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := llama.LoadModel("M.gguf", llama.ModelParams{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, name := range []string{"A.gguf", "step3.gguf"} {
+		if err := train.CreateLoRA(m, name, train.LoRAConfig{Rank: 2, Alpha: 4, Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Close()
 	var prompts strings.Builder
 	for i := range 4 {
 		fmt.Fprintf(&prompts, `{"id":"p%d","prompt":"Say %d:","answer":"%d"}`+"\n", i, i, i)
 	}
 	files := map[string]string{
 		"prompts.jsonl": prompts.String(), "test.jsonl": prompts.String(), "smoke.jsonl": prompts.String(),
+		"examples.jsonl": `{"prompt_id":"p","sample":0,"prompt_ids":[1,5,6],"completion_ids":[7,8,9],"advantage":1}` + "\n" +
+			`{"prompt_id":"p","sample":1,"prompt_ids":[1,5,6],"completion_ids":[7,8,10],"advantage":-1}` + "\n",
+		"qa.jsonl": `{"question":"What is 2+2?","solution":"2+2 = \\boxed{4}"}` + "\n",
+		"cases.jsonl": `{"answer":"\\frac12","completion":"So $\\boxed{0.5}$."}` + "\n" + `{"answer":"3","completion":"It is 4."}` + "\n",
 		"responses.jsonl": serverResponses(), // formats_test.go
 		"completions.jsonl": `{"prompt_id": "q1", "sample": 0, "prompt": "What is 2+2?", "text": "It is 4.", "answer": "4"}
 {"prompt_id": "q1", "sample": 1, "prompt": "What is 2+2?", "text": "5", "answer": "4"}
