@@ -257,8 +257,8 @@ func writeDocFixtures(t *testing.T, dir string) {
 		"prompts.jsonl": prompts.String(), "test.jsonl": prompts.String(), "smoke.jsonl": prompts.String(),
 		"examples.jsonl": `{"prompt_id":"p","sample":0,"prompt_ids":[1,5,6],"completion_ids":[7,8,9],"advantage":1}` + "\n" +
 			`{"prompt_id":"p","sample":1,"prompt_ids":[1,5,6],"completion_ids":[7,8,10],"advantage":-1}` + "\n",
-		"qa.jsonl": `{"question":"What is 2+2?","solution":"2+2 = \\boxed{4}"}` + "\n",
-		"cases.jsonl": `{"answer":"\\frac12","completion":"So $\\boxed{0.5}$."}` + "\n" + `{"answer":"3","completion":"It is 4."}` + "\n",
+		"qa.jsonl":        `{"question":"What is 2+2?","solution":"2+2 = \\boxed{4}"}` + "\n",
+		"cases.jsonl":     `{"answer":"\\frac12","completion":"So $\\boxed{0.5}$."}` + "\n" + `{"answer":"3","completion":"It is 4."}` + "\n",
 		"responses.jsonl": serverResponses(), // formats_test.go
 		"completions.jsonl": `{"prompt_id": "q1", "sample": 0, "prompt": "What is 2+2?", "text": "It is 4.", "answer": "4"}
 {"prompt_id": "q1", "sample": 1, "prompt": "What is 2+2?", "text": "5", "answer": "4"}
