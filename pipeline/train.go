@@ -61,12 +61,20 @@ type TrainSummary struct {
 
 // Examples converts exported records into the trainer's examples: a
 // completion whose mask is all zeros is masked (out of the loss and its
-// denominators), and old_logprobs become the ratio's old log-probs.
+// denominators), one whose mask keeps some tokens trains on those only, and
+// old_logprobs become the ratio's old log-probs.
 func Examples(recs []dataset.TrainExample) []train.Example {
 	exs := make([]train.Example, len(recs))
 	for i, r := range recs {
 		exs[i] = train.Example{Prompt: r.PromptIDs, Completion: r.CompletionIDs, Advantage: r.Advantage,
 			Masked: len(r.CompletionMask) > 0 && !slices.Contains(r.CompletionMask, 1)}
+		if slices.Contains(r.CompletionMask, 0) && slices.Contains(r.CompletionMask, 1) {
+			m := make([]bool, len(r.CompletionMask))
+			for k, v := range r.CompletionMask {
+				m[k] = v == 1
+			}
+			exs[i].Mask = m
+		}
 		if len(r.OldLogprobs) == len(r.CompletionIDs) {
 			old := make([]float32, len(r.OldLogprobs))
 			for k, v := range r.OldLogprobs {
@@ -80,9 +88,8 @@ func Examples(recs []dataset.TrainExample) []train.Example {
 
 // CheckTrainExamples checks that every example's columns match its tokens
 // (docs/export.md): a completion, completion_mask and advantages of one
-// entry per completion token (when present), a mask of zeros and ones that
-// keeps all tokens or none (the trainer weighs whole completions), the same
-// advantage on every token as in advantage, and finite numbers. The error
+// entry per completion token (when present), a mask of zeros and ones, the
+// same advantage on every token as in advantage, and finite numbers. The error
 // names the file, the record (1-based) and its prompt and sample.
 func CheckTrainExamples(path string, recs []dataset.TrainExample) error {
 	for i, r := range recs {
@@ -104,15 +111,10 @@ func CheckTrainExamples(path string, recs []dataset.TrainExample) error {
 		case math.IsNaN(r.Advantage) || math.IsInf(r.Advantage, 0):
 			return bad("advantage %v is not a finite number", r.Advantage)
 		}
-		ones := 0
 		for k, v := range r.CompletionMask {
 			if v != 0 && v != 1 {
 				return bad("completion_mask[%d] = %d: want 0 or 1", k, v)
 			}
-			ones += int(v)
-		}
-		if ones != 0 && ones != len(r.CompletionMask) {
-			return bad("completion_mask keeps %d of %d tokens: the trainer takes a whole completion or none", ones, n)
 		}
 		for k, v := range r.Advantages {
 			if v != r.Advantage {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,7 +31,6 @@ func TestTrainChecksColumnsAgainstTokens(t *testing.T) {
 		{"short mask", func(r *dataset.TrainExample) { r.CompletionMask = []int32{1, 1} }, "completion_mask has 2 entries for 3 completion tokens"},
 		{"long advantages", func(r *dataset.TrainExample) { r.Advantages = []float64{0.5, 0.5, 0.5, 0.5} }, "advantages has 4 entries for 3 completion tokens"},
 		{"mask value 2", func(r *dataset.TrainExample) { r.CompletionMask = []int32{1, 2, 1} }, "completion_mask[1] = 2"},
-		{"partial mask", func(r *dataset.TrainExample) { r.CompletionMask = []int32{1, 0, 1} }, "keeps 2 of 3 tokens"},
 		{"advantages differ", func(r *dataset.TrainExample) { r.Advantages = []float64{0.5, 0.7, 0.5} }, "advantages[1] = 0.7 differs"},
 		{"old logprobs short", func(r *dataset.TrainExample) { r.OldLogprobs = []float64{-1} }, "old_logprobs has 1 entries"},
 		{"positive old logprob", func(r *dataset.TrainExample) { r.OldLogprobs = []float64{-1, 0.5, -1} }, "old_logprobs[1] = 0.5"},
@@ -52,8 +52,16 @@ func TestTrainChecksColumnsAgainstTokens(t *testing.T) {
 	if err := CheckTrainExamples("x.parquet", []dataset.TrainExample{nan}); err == nil || !strings.Contains(err.Error(), "advantage NaN") {
 		t.Fatalf("a NaN advantage: %v", err)
 	}
-	if exs := Examples([]dataset.TrainExample{masked, ok()}); !exs[0].Masked || exs[1].Masked {
+	if exs := Examples([]dataset.TrainExample{masked, ok()}); !exs[0].Masked || exs[1].Masked || exs[1].Mask != nil {
 		t.Fatalf("the all-zero mask is not used: %+v", exs)
+	}
+	partial := ok()
+	partial.CompletionMask = []int32{1, 0, 1}
+	if err := CheckTrainExamples("x.jsonl", []dataset.TrainExample{partial}); err != nil {
+		t.Fatalf("a record whose mask keeps 2 of 3 tokens: %v", err)
+	}
+	if exs := Examples([]dataset.TrainExample{partial}); exs[0].Masked || !slices.Equal(exs[0].Mask, []bool{true, false, true}) {
+		t.Fatalf("the partial mask is not used: %+v", exs[0])
 	}
 	for _, tc := range cases {
 		dir := t.TempDir()

@@ -147,8 +147,9 @@ type BatchLoss struct {
 // Loss evaluates the batch: adv[i] is completion i's advantage, cur[i] its
 // tokens' current log-probabilities, old[i] the rollout's (nil: cur, the
 // on-policy first update, rho = 1), ref[i] the reference's (needed when
-// Beta > 0), z the sequence factors from SeqNorms.
-func (o Objective) Loss(adv []float64, cur, old, ref [][]float32, z []float64) (BatchLoss, error) {
+// Beta > 0), z the sequence factors from SeqNorms, mask[i] (when mask and
+// it are not nil) which of its tokens count.
+func (o Objective) Loss(adv []float64, cur, old, ref [][]float32, z []float64, mask [][]bool) (BatchLoss, error) {
 	var b BatchLoss
 	b.Weights = make([][]float32, len(cur))
 	clipped := 0
@@ -166,6 +167,9 @@ func (o Objective) Loss(adv []float64, cur, old, ref [][]float32, z []float64) (
 			continue // masked: no loss, no gradient, no count
 		}
 		for t, c := range lp {
+			if mask != nil && mask[i] != nil && !mask[i][t] {
+				continue // out of the loss: weight 0, not counted
+			}
 			o_, r := float64(c), 0.0
 			if old != nil && old[i] != nil {
 				o_ = float64(old[i][t])

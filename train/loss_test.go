@@ -66,7 +66,7 @@ func TestBatchLossGradient(t *testing.T) {
 			t.Fatal(err)
 		}
 		obj := Objective{EpsLow: 0.2, EpsHigh: 0.28, Beta: 0.1}
-		b, err := obj.Loss(adv, cur, old, ref, z)
+		b, err := obj.Loss(adv, cur, old, ref, z, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestBatchLossGradient(t *testing.T) {
 						c[j] = append([]float32(nil), cur[j]...)
 					}
 					c[i][k] += d
-					bl, _ := obj.Loss(adv, c, old, ref, z)
+					bl, _ := obj.Loss(adv, c, old, ref, z, nil)
 					return bl.Loss
 				}
 				fd := (at(h) - at(-h)) / (2 * h)
@@ -101,7 +101,7 @@ func TestBatchLossOnPolicy(t *testing.T) {
 	adv := []float64{0.5, -1.5}
 	cur := [][]float32{{-1, -2}, {-0.5, -0.5, -3}}
 	z, _ := SeqNorms(TokenMean, []int{2, 3}, nil, 0)
-	b, err := Objective{EpsLow: 0.2, EpsHigh: 0.2}.Loss(adv, cur, nil, nil, z)
+	b, err := Objective{EpsLow: 0.2, EpsHigh: 0.2}.Loss(adv, cur, nil, nil, z, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestBatchLossOnPolicy(t *testing.T) {
 	if b.ClipFrac != 0 || b.MeanKL != 0 {
 		t.Errorf("on-policy: clip fraction %g, KL %g; want 0 and 0", b.ClipFrac, b.MeanKL)
 	}
-	if _, err := (Objective{Beta: 0.1}).Loss(adv, cur, nil, nil, z); err == nil {
+	if _, err := (Objective{Beta: 0.1}).Loss(adv, cur, nil, nil, z, nil); err == nil {
 		t.Error("beta > 0 without reference log-probs accepted")
 	}
 }

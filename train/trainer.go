@@ -62,6 +62,11 @@ type Example struct {
 	// Masked leaves the completion out of the loss and out of its
 	// denominators (advantage.mask_truncated).
 	Masked bool
+	// Mask, when given, has one entry per completion token: false leaves
+	// that token out of the loss and out of the token counts of its
+	// denominators (a tool's output inside a completion, say); the token
+	// still conditions the ones after it. nil = every token.
+	Mask []bool
 	// OldLogProbs are the log-probabilities of the policy that sampled the
 	// completion, for the importance ratio; nil means the current
 	// parameters sampled it (the first update on fresh rollouts, ratio 1).
@@ -218,9 +223,41 @@ func (t *Trainer) Config() Config { return t.cfg }
 func (t *Trainer) norms(exs []Example) ([]float64, error) {
 	lens, masked := make([]int, len(exs)), make([]bool, len(exs))
 	for i, e := range exs {
-		lens[i], masked[i] = len(e.Completion), e.Masked
+		if e.Mask != nil && len(e.Mask) != len(e.Completion) {
+			return nil, fmt.Errorf("example %d: a mask of %d entries for %d completion tokens", i+1, len(e.Mask), len(e.Completion))
+		}
+		lens[i], masked[i] = e.kept(), e.Masked
+		masked[i] = masked[i] || lens[i] == 0
 	}
 	return SeqNorms(t.cfg.LossAgg, lens, masked, t.cfg.MaxTokens)
+}
+
+// kept is the number of completion tokens the mask keeps.
+func (e Example) kept() int {
+	if e.Mask == nil {
+		return len(e.Completion)
+	}
+	n := 0
+	for _, k := range e.Mask {
+		if k {
+			n++
+		}
+	}
+	return n
+}
+
+// masks are the examples' token masks, nil when none has one.
+func masks(exs []Example) [][]bool {
+	var m [][]bool
+	for i, e := range exs {
+		if e.Mask != nil {
+			if m == nil {
+				m = make([][]bool, len(exs))
+			}
+			m[i] = e.Mask
+		}
+	}
+	return m
 }
 
 // weights gives each example's per-token loss weight on the first update of
@@ -335,12 +372,23 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 			return st, err
 		}
 		st.Forwards++
-		bl, err := obj.Loss(adv, cur, old, ref, z)
+		bl, err := obj.Loss(adv, cur, old, ref, z, masks(exs))
 		if err != nil {
 			return st, err
 		}
 		tokenW = bl.Weights
 		st.Objective, st.ClipFrac, st.KL = bl.Loss, bl.ClipFrac, bl.MeanKL
+	} else if mk := masks(exs); mk != nil {
+		// a weight per token: w_i where the mask keeps the token, else 0
+		tokenW = make([][]float32, len(exs))
+		for i, e := range exs {
+			tokenW[i] = make([]float32, len(e.Completion))
+			for k := range tokenW[i] {
+				if mk[i] == nil || mk[i][k] {
+					tokenW[i][k] = float32(adv[i] * z[i])
+				}
+			}
+		}
 	} else {
 		w = make([]float64, len(exs))
 		for i := range exs {
@@ -378,10 +426,10 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 			st.AllTokens += len(s.Tokens)
 		}
 	}
-	if tokenW == nil {
+	if old == nil && obj.Beta == 0 {
 		// Weights did not need the log-probs: the objective (ratio 1, no
 		// KL) comes from the training evaluation's own forward.
-		bl, err := obj.Loss(adv, st.LogProbs, nil, nil, z)
+		bl, err := obj.Loss(adv, st.LogProbs, nil, nil, z, masks(exs))
 		if err != nil {
 			return st, err
 		}
@@ -448,7 +496,8 @@ func (t *Trainer) Grads() [][]float32 { return t.grads }
 // masked): such a batch has nothing to teach.
 func zeroSignal(exs []Example) bool {
 	for _, e := range exs {
-		if !e.Masked && e.Advantage != 0 {
+		allMasked := e.Masked || e.Mask != nil && e.kept() == 0
+		if !allMasked && e.Advantage != 0 {
 			return false
 		}
 	}
