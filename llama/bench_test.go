@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"testing"
 	"time"
 
+	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 )
@@ -153,25 +153,13 @@ func BenchmarkGoAgainstC(b *testing.B) {
 	cDecode := dec / (cAll - cPre).Seconds()
 	b.ReportMetric(goPrefill, "go-prefill-tok/s")
 	b.ReportMetric(cPrefill, "c-prefill-tok/s")
-	b.ReportMetric(median(preRatios), "prefill-go/c")
+	b.ReportMetric(testutil.Median(preRatios), "prefill-go/c")
 	b.ReportMetric(goDecode, "go-decode-tok/s")
 	b.ReportMetric(cDecode, "c-decode-tok/s")
-	b.ReportMetric(median(decRatios), "decode-go/c")
+	b.ReportMetric(testutil.Median(decRatios), "decode-go/c")
 	overhead := (goPre + goAll - inDecode).Seconds() / (goPre + goAll).Seconds()
 	b.ReportMetric(100*overhead, "go-own-%")
 	fmt.Printf("the Go path's own work (outside llama_decode: batch, checks, logits, argmax, cgo): %.3f%% of its time, so Go/C >= %.4f but for noise\n", 100*overhead, 1-overhead)
 	fmt.Printf("prefill: Go %.1f tokens/s, C %.1f tokens/s, median pair ratio Go/C %.3f; decode: Go %.1f tokens/s, C %.1f tokens/s, median pair ratio Go/C %.3f (%d pairs)\n",
-		goPrefill, cPrefill, median(preRatios), goDecode, cDecode, median(decRatios), len(decRatios))
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+		goPrefill, cPrefill, testutil.Median(preRatios), goDecode, cDecode, testutil.Median(decRatios), len(decRatios))
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -241,7 +240,7 @@ func BenchmarkThreads(b *testing.B) {
 				r1, ra = max(r1, p1), max(ra, pa)
 				ratios = append(ratios, pa/p1)
 			}
-			med := median(ratios)
+			med := testutil.Median(ratios)
 			b.ReportMetric(r1, "1-thread_tok/s")
 			b.ReportMetric(ra, "all-cores_tok/s")
 			b.ReportMetric(med, "all/1-median")
@@ -330,16 +329,4 @@ func BenchmarkPeakMemory(b *testing.B) {
 			b.ReportMetric((peak-base)*1024/need, "(peak-base)/(model+kv)")
 		})
 	}
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -33,19 +33,7 @@ func loadArch(t *testing.T, arch string, noMmap bool) (*llama.Model, string) {
 // that the windowed mask matters.
 func archExamples(t *testing.T, m *llama.Model) []Example {
 	t.Helper()
-	var exs []Example
-	for i, pc := range [][2]string{{"12+7=", "19 ok"}, {"What is 3*4?", " 12 yes"}, {"abc", "defgh"}} {
-		p, err := m.Tokenize(pc[0], true, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := m.Tokenize(pc[1], false, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		exs = append(exs, Example{Prompt: p, Completion: c, Advantage: []float64{1, -0.5, 2}[i]})
-	}
-	return exs
+	return tokenizedExamples(t, m, [][2]string{{"12+7=", "19 ok"}, {"What is 3*4?", " 12 yes"}, {"abc", "defgh"}})
 }
 
 func TestArchLoRAGradientCheck(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -196,7 +195,7 @@ func trainAgainstForward(b *testing.B, mc benchModel) trainRow {
 		ratios = append(ratios, ts.Seconds()/tf.Seconds())
 	}
 	n := len(ratios)
-	r := trainRow{microBatch: tr.Config().MicroBatchTokens, train: float64(tokens*n) / tTrain.Seconds(), fwd: float64(tokens*n) / tFwd.Seconds(), median: median(ratios), pairs: n}
+	r := trainRow{microBatch: tr.Config().MicroBatchTokens, train: float64(tokens*n) / tTrain.Seconds(), fwd: float64(tokens*n) / tFwd.Seconds(), median: testutil.Median(ratios), pairs: n}
 	r.ratio = r.fwd / r.train
 	b.ReportMetric(r.train, "train-tok/s")
 	b.ReportMetric(r.fwd, "forward-tok/s")
@@ -291,15 +290,3 @@ func trainPeakMemory(b *testing.B) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}

@@ -71,8 +71,15 @@ func newAdapter(t testing.TB, m *llama.Model, randomB bool) *llama.Adapter {
 
 func examples(t testing.TB, m *llama.Model) []Example {
 	t.Helper()
+	return tokenizedExamples(t, m, [][2]string{{"12+7=", "19"}, {"What is 3*4?", " 12 yes"}, {"a", "bcd"}})
+}
+
+// tokenizedExamples are (prompt, completion) pairs tokenized by the model,
+// with advantages 1, -0.5 and 2.
+func tokenizedExamples(t testing.TB, m *llama.Model, pairs [][2]string) []Example {
+	t.Helper()
 	var exs []Example
-	for i, pc := range [][2]string{{"12+7=", "19"}, {"What is 3*4?", " 12 yes"}, {"a", "bcd"}} {
+	for i, pc := range pairs {
 		p, err := m.Tokenize(pc[0], true, false)
 		if err != nil {
 			t.Fatal(err)

@@ -366,19 +366,20 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 	}
 	var w []float64
 	var tokenW [][]float32
+	mk := masks(exs)
 	if old != nil || obj.Beta > 0 {
 		cur, err := t.LogProbs(exs)
 		if err != nil {
 			return st, err
 		}
 		st.Forwards++
-		bl, err := obj.Loss(adv, cur, old, ref, z, masks(exs))
+		bl, err := obj.Loss(adv, cur, old, ref, z, mk)
 		if err != nil {
 			return st, err
 		}
 		tokenW = bl.Weights
 		st.Objective, st.ClipFrac, st.KL = bl.Loss, bl.ClipFrac, bl.MeanKL
-	} else if mk := masks(exs); mk != nil {
+	} else if mk != nil {
 		// a weight per token: w_i where the mask keeps the token, else 0
 		tokenW = make([][]float32, len(exs))
 		for i, e := range exs {
@@ -429,7 +430,7 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 	if old == nil && obj.Beta == 0 {
 		// Weights did not need the log-probs: the objective (ratio 1, no
 		// KL) comes from the training evaluation's own forward.
-		bl, err := obj.Loss(adv, st.LogProbs, nil, nil, z, masks(exs))
+		bl, err := obj.Loss(adv, st.LogProbs, nil, nil, z, mk)
 		if err != nil {
 			return st, err
 		}
