@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // StepMetrics is what one step of the run loop measured; MetricsLog writes
@@ -288,17 +289,5 @@ func writeMetricsJSONL(path string, rows []StepMetrics) error {
 // that is renamed into place once write has succeeded, so that readers (and
 // a killed run) never see a half-written file.
 func WriteFileAtomic(path string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, write)
 }

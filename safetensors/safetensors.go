@@ -15,8 +15,9 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
+
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // MaxHeader bounds the JSON header, as the reference implementation does
@@ -185,24 +186,7 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteBytes(path, b)
 }
 
 // ReadFile reads and checks a whole file.

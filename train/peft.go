@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/safetensors"
 )
@@ -221,7 +222,7 @@ func ExportPEFT(m *llama.Model, adapterPath, dir string) (PEFTSummary, error) {
 	if err != nil {
 		return sum, err
 	}
-	return sum, writeAtomic(filepath.Join(dir, PEFTConfigFile), append(b, '\n'))
+	return sum, atomicfile.WriteBytes(filepath.Join(dir, PEFTConfigFile), append(b, '\n'))
 }
 
 // ImportPEFT converts a PEFT LoRA adapter folder for the model into
@@ -459,24 +460,4 @@ func baseModelName(m *llama.Model) string {
 		return n
 	}
 	return filepath.Base(m.Path())
-}
-
-func writeAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err = tmp.Write(b); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
 }
