@@ -201,18 +201,10 @@ func shellWords(s string) ([]string, error) {
 			}
 		case ch == '#' && !inWord:
 			return words, nil
-		case ch == '\'':
-			j := strings.IndexByte(s[i+1:], '\'')
+		case ch == '\'' || ch == '"':
+			j := strings.IndexByte(s[i+1:], ch)
 			if j < 0 {
-				return nil, fmt.Errorf("unclosed ' in %q", s)
-			}
-			w.WriteString(s[i+1 : i+1+j])
-			i += j + 1
-			inWord = true
-		case ch == '"':
-			j := strings.IndexByte(s[i+1:], '"')
-			if j < 0 {
-				return nil, fmt.Errorf("unclosed \" in %q", s)
+				return nil, fmt.Errorf("unclosed %c in %q", ch, s)
 			}
 			w.WriteString(s[i+1 : i+1+j])
 			i += j + 1
