@@ -326,6 +326,11 @@ func TestScoreBadInput(t *testing.T) {
 		{"missing answer", []any{good("a", 0), good("a", 1), good("b", 0), noAnswer}, 4, "missing reference answer", 2, badGroupSize},
 		{"length mismatch", []any{good("a", 0), good("a", 1), good("b", 0), mismatch}, 4, "logprobs has 2 entries but the completion has 1 tokens", 2, badGroupSize},
 		{"unknown verifier", []any{good("a", 0), good("a", 1), unknown}, 3, `unknown verifier "no-such"`, 1, badRecord},
+		// a group's sample indices must be 0..G-1, each once (-1, 1e9 and a
+		// repeated index used to be accepted)
+		{"negative sample", []any{good("a", 0), good("a", 1), good("b", 0), good("b", -1)}, 4, `prompt "b": sample -1 outside 0..1`, 2, badRecord},
+		{"huge sample", []any{good("a", 0), good("a", 1), good("b", 1e9), good("b", 0)}, 3, `prompt "b": sample 1000000000 outside 0..1`, 2, badRecord},
+		{"duplicate sample", []any{good("a", 0), good("a", 1), good("b", 1), good("b", 1)}, 4, `prompt "b": sample 1 appears twice (also on line 3)`, 2, badRecord},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
