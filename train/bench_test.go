@@ -127,16 +127,8 @@ func trainAgainstForward(b *testing.B, mc benchModel) trainRow {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer m.Close()
-	ap := filepath.Join(b.TempDir(), "lora.gguf")
-	if err := CreateLoRA(m, ap, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}); err != nil {
-		b.Fatal(err)
-	}
-	a, err := llama.LoadAdapter(m, ap)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
+	b.Cleanup(func() { m.Close() }) // after the adapter's
+	a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
 	exs, recs := benchExamples(m.NVocab())
 	cfg := DefaultConfig() // the micro-batch sized from the model
 	cfg.MicroBatchTokens = mc.microBatch

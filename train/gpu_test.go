@@ -186,15 +186,7 @@ func BenchmarkGPUTrainStep(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { m.Close() })
-				ap := filepath.Join(b.TempDir(), "lora.gguf")
-				if err := CreateLoRA(m, ap, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}); err != nil {
-					b.Fatal(err)
-				}
-				a, err := llama.LoadAdapter(m, ap)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { a.Close() })
+				a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
 				cfg := DefaultConfig()
 				cfg.MicroBatchTokens = 512
 				cfg.Threads = runtime.NumCPU()

@@ -41,8 +41,14 @@ func load(t testing.TB, noMmap bool) *llama.Model {
 // matrices are filled too, so that A's gradients are not zero.
 func newAdapter(t testing.TB, m *llama.Model, randomB bool) *llama.Adapter {
 	t.Helper()
+	return loraAdapter(t, m, LoRAConfig{Rank: 4, Alpha: 8, Seed: 7}, randomB)
+}
+
+// loraAdapter is newAdapter with the adapter's settings given.
+func loraAdapter(t testing.TB, m *llama.Model, cfg LoRAConfig, randomB bool) *llama.Adapter {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "lora.gguf")
-	if err := CreateLoRA(m, path, LoRAConfig{Rank: 4, Alpha: 8, Seed: 7}); err != nil {
+	if err := CreateLoRA(m, path, cfg); err != nil {
 		t.Fatal(err)
 	}
 	a, err := llama.LoadAdapter(m, path)
