@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/train"
+	"github.com/urfave/cli/v3"
 )
 
 // docFiles are the pages whose commands TestDocumentedCommands runs: every
@@ -24,8 +26,8 @@ var docFiles = []string{"README.md", "docs/quickstart.md", "docs/recipes.md", "d
 // and model.gguf (the generated tiny model), A.gguf and step3.gguf (LoRA
 // adapters for it), prompts.jsonl, test.jsonl, smoke.jsonl (prompts with
 // answers), qa.jsonl (other field names), cases.jsonl (answers and
-// completions), examples.jsonl (a training set), completions.jsonl (the recipe's records), CONFIG.toml and
-// my.toml (a run on those). Commands run in page order, so that a stage
+// completions), examples.jsonl (a training set), completions.jsonl (the
+// recipe's records), CONFIG.toml and my.toml (a run on those). Commands run in page order, so that a stage
 // reads what the one before wrote. $CONFCLIP_CONFIG keeps everything small
 // (4 tokens a completion) and makes every answer right (a format verifier
 // that takes anything), so --fail-under passes.
@@ -101,10 +103,12 @@ type docCommand struct {
 }
 
 // checkSynopsis checks that every flag of a synopsis line is one of its
-// command's (subcommands followed down from the words before the flags).
+// command's or of a command above it, or help (subcommands followed down
+// from the words before the flags).
 func checkSynopsis(t *testing.T, c docCommand) {
 	t.Helper()
 	cmd := newApp()
+	chain := []*cli.Command{cmd}
 	for _, a := range c.args {
 		a = strings.Trim(a, "[].")
 		if a == "" {
@@ -113,15 +117,15 @@ func checkSynopsis(t *testing.T, c docCommand) {
 		if !strings.HasPrefix(a, "-") {
 			if sub := cmd.Command(a); sub != nil {
 				cmd = sub
+				chain = append(chain, sub)
 			}
 			continue
 		}
 		name := strings.TrimLeft(a, "-")
-		found := false
-		for _, f := range cmd.Flags {
-			if slices.Contains(f.Names(), name) {
-				found = true
-				break
+		found := slices.Contains(cli.HelpFlag.Names(), name)
+		for _, cc := range chain {
+			for _, f := range cc.Flags {
+				found = found || slices.Contains(f.Names(), name)
 			}
 		}
 		if !found {
@@ -309,4 +313,47 @@ func TestShellWords(t *testing.T) {
 	if err != nil || strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("shellWords: %q, %v; want %q", got, err, want)
 	}
+}
+
+// inlineSpan finds `confclip ...` in a page's prose, a span that may wrap
+// over lines.
+var inlineSpan = regexp.MustCompile("`((?:bin/)?confclip [^`]+)`")
+
+// TestInlineCommandFlags: the commands the pages name in their prose (the
+// guide's synopses, `confclip gen-model --arch A --out m.gguf` in a
+// sentence) use only flags their commands have. They are not run (they
+// hold placeholders: M.gguf, ARCH, DIR); TestDocumentedCommands runs the
+// code blocks.
+func TestInlineCommandFlags(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, p := range append(pages, filepath.Join(root, "README.md")) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		for _, m := range inlineSpan.FindAllStringSubmatchIndex(text, -1) {
+			span := strings.Join(strings.Fields(text[m[2]:m[3]]), " ")
+			args, err := shellWords(strings.TrimPrefix(strings.TrimPrefix(span, "bin/"), "confclip "))
+			if err != nil {
+				t.Errorf("%s: %v", filepath.Base(p), err)
+				continue
+			}
+			line := 1 + strings.Count(text[:m[0]], "\n")
+			checkSynopsis(t, docCommand{file: filepath.Base(p), line: line, text: span, args: args})
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no inline commands found")
+	}
+	t.Logf("checked the flags of %d inline commands", checked)
 }
