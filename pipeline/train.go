@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/train"
 )
@@ -140,6 +141,9 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	}
 	if o.AdapterOut == "" {
 		return sum, errors.New("no adapter output path given (--adapter-out)")
+	}
+	if err := atomicfile.NotInput(o.AdapterOut, o.Data, cfg.Model.Path, o.AdapterIn); err != nil {
+		return sum, err
 	}
 	if o.Steps <= 0 {
 		o.Steps = 1
