@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +62,69 @@ func TestOutputIsNotInput(t *testing.T) {
 		}
 		if b, _ := os.ReadFile(model); string(b) != "GGUF" {
 			t.Fatalf("%s: the model now holds %q", name, b)
+		}
+	}
+}
+
+// TestNumbersChecked: issue 23's numbers, given to the pipeline functions
+// the commands call (flags and config keys land in the same Config), are
+// refused before anything is loaded, each naming its key.
+func TestNumbersChecked(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "d.jsonl")
+	os.WriteFile(data, []byte("{}\n"), 0o644)
+	out := filepath.Join(dir, "out")
+	base := DefaultConfig()
+	base.Model.Path = filepath.Join(dir, "m.gguf")
+	with := func(f func(*Config)) Config { c := base; f(&c); return c }
+	nan := math.NaN()
+	cases := []struct {
+		name, want string
+		run        func() error
+	}{
+		{"train --lr NaN", "train.lr", func() error {
+			_, err := Train(context.Background(), TrainOptions{Config: with(func(c *Config) { c.Train.LR = nan }), Data: data, AdapterOut: out, Steps: 1})
+			return err
+		}},
+		{"train --lora-rank 100000", "train.lora_rank", func() error {
+			_, err := Train(context.Background(), TrainOptions{Config: with(func(c *Config) { c.Train.LoraRank = 100000 }), Data: data, AdapterOut: out, Steps: 1})
+			return err
+		}},
+		{"train --steps 0", "steps = 0", func() error {
+			_, err := Train(context.Background(), TrainOptions{Config: base, Data: data, AdapterOut: out, Steps: 0})
+			return err
+		}},
+		{"rollout --temp NaN", "rollout.temperature", func() error {
+			_, err := Rollout(context.Background(), nil, RolloutOptions{Config: with(func(c *Config) { c.Rollout.Temperature = nan }), In: data, Out: out})
+			return err
+		}},
+		{"rollout -G 1000000", "rollout.group", func() error {
+			_, err := Rollout(context.Background(), nil, RolloutOptions{Config: with(func(c *Config) { c.Rollout.Group = 1000000 }), In: data, Out: out})
+			return err
+		}},
+		{"verify --jobs 100000000", "jobs = 100000000", func() error {
+			_, err := VerifyFile(context.Background(), VerifyFileOptions{Verifier: base.Verifier, In: data, Out: out, Jobs: 100000000})
+			return err
+		}},
+		{"verify --timeout -1s", "verifier.timeout_ms", func() error {
+			v := base.Verifier
+			v.TimeoutMS = -1000
+			_, err := VerifyFile(context.Background(), VerifyFileOptions{Verifier: v, In: data, Out: out})
+			return err
+		}},
+		{"score with a NaN reward clip", "reward.hi", func() error {
+			r := base.Reward
+			r.Hi = nan
+			_, err := Score(context.Background(), ScoreOptions{In: data, Out: out, Verifier: base.Verifier, Confidence: base.Confidence, Reward: r, Advantage: base.Advantage})
+			return err
+		}},
+	}
+	for _, c := range cases {
+		if err := c.run(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error naming %s", c.name, err, c.want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Fatalf("%s: wrote %s", c.name, out)
 		}
 	}
 }

@@ -159,6 +159,9 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	if err := atomicfile.NotInput(o.Out, o.In, cfg.Model.Path, cfg.Model.Adapter); err != nil {
 		return res, err
 	}
+	if err := cfg.ValidateTables("rollout"); err != nil {
+		return res, err
+	}
 	if cfg.Rollout.Group < 1 || cfg.Rollout.MaxTokens < 1 {
 		return res, fmt.Errorf("rollout.group = %d, rollout.max_tokens = %d: want both >= 1", cfg.Rollout.Group, cfg.Rollout.MaxTokens)
 	}

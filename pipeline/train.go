@@ -145,8 +145,11 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	if err := atomicfile.NotInput(o.AdapterOut, o.Data, cfg.Model.Path, o.AdapterIn); err != nil {
 		return sum, err
 	}
-	if o.Steps <= 0 {
-		o.Steps = 1
+	if o.Steps < 1 {
+		return sum, fmt.Errorf("steps = %d: want at least 1 optimiser step", o.Steps)
+	}
+	if err := cfg.ValidateTables("model", "train"); err != nil {
+		return sum, err
 	}
 	recs, err := ReadTrainExamples(o.Data)
 	if err != nil {

@@ -92,6 +92,12 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 	if err := atomicfile.NotInput(o.Out, o.In); err != nil {
 		return sum, err
 	}
+	if err := (Config{Verifier: o.Verifier}).ValidateTables("verifier"); err != nil {
+		return sum, err
+	}
+	if o.Jobs < 0 || o.Jobs > MaxJobs {
+		return sum, fmt.Errorf("jobs = %d: want 0 (the cores) to %d", o.Jobs, MaxJobs)
+	}
 	v, err := verifiers.New(o.Verifier.Name, VerifierOptions(o.Verifier))
 	if err != nil {
 		return sum, err
