@@ -215,6 +215,10 @@ const (
 	tokenTypeKey = "tokenizer.ggml.token_type"
 )
 
+// maxLoraAlpha bounds an adapter's alpha (real ones are 1 to a few
+// hundred; alpha 2*rank at rank 1024 is 2048).
+const maxLoraAlpha = 4096
+
 // tensorAlignment is ggml's TENSOR_ALIGNMENT (ggml-impl.h).
 const tensorAlignment = 32
 
@@ -605,6 +609,11 @@ func checkKnownKeys(h *ggufHeader) error {
 			}
 			if strings.HasSuffix(key, "epsilon") && f < 0 {
 				return fmt.Errorf("key %q = %v: must not be negative", key, f)
+			}
+			// The adapter's scale is alpha/rank: a huge one overflows every
+			// logit to Inf (each request after loading it failed).
+			if key == "adapter.lora.alpha" && math.Abs(f) > maxLoraAlpha {
+				return fmt.Errorf("key %q = %v: at most %v in magnitude", key, f, float64(maxLoraAlpha))
 			}
 		}
 	}

@@ -308,6 +308,13 @@ var hostileCases = []mutation{
 		put32(b, kvs["llama.attention.head_count_kv"].valueOff, 3)
 		return b
 	}},
+	{"adapter alpha 3e38", `"adapter.lora.alpha" = 3.0000000054977558e+38: at most 4096`, func(t testing.TB, b []byte) []byte {
+		kv := binary.LittleEndian.AppendUint64(nil, uint64(len("adapter.lora.alpha")))
+		kv = append(kv, "adapter.lora.alpha"...)
+		kv = binary.LittleEndian.AppendUint32(kv, 6)
+		kv = binary.LittleEndian.AppendUint32(kv, math.Float32bits(3e38))
+		return insertKV(t, b, "general.name", kv)
+	}},
 	{"f16 norm weight", `"blk.0.attn_norm.weight": type f16`, func(t testing.TB, b []byte) []byte {
 		// Twice the elements in f16: the same bytes, so the layout holds.
 		_, ts := ggufLayout(t, b)
