@@ -174,10 +174,6 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 	if err := atomicfile.NotInput(opts.Out, opts.In); err != nil {
 		return Summary{}, err
 	}
-	tables := Config{Verifier: opts.Verifier, Confidence: opts.Confidence, Reward: opts.Reward, Advantage: opts.Advantage}
-	if err := tables.ValidateTables("verifier", "confidence", "reward", "advantage"); err != nil {
-		return Summary{}, err
-	}
 	tf, err := opts.teacherForceHook()
 	if err != nil {
 		return Summary{}, err
