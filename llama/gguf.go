@@ -344,6 +344,9 @@ func (w *GGUFWriter) WriteFile(path string) error {
 	if w.err != nil {
 		return w.err
 	}
+	if err := checkSpace(filepath.Dir(path), w.ggufFileSize()); err != nil {
+		return fileErr(path, "%v", err)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
@@ -354,8 +357,9 @@ func (w *GGUFWriter) WriteFile(path string) error {
 	var ok C.bool
 	msg := call(func() { ok = C.gguf_write_to_file(w.ctx, cpath, false) })
 	if !ok {
+		err := writeFailed(path, msg)
 		os.Remove(tmp.Name())
-		return fileErr(path, "%s", because("writing GGUF failed", msg))
+		return err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		os.Remove(tmp.Name())

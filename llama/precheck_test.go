@@ -587,3 +587,22 @@ func (m *runtimeMem) read() {
 	runtime.ReadMemStats(&st)
 	m.total = st.TotalAlloc
 }
+
+// TestWriteGGUFDiskFull: a GGUF larger than the free space of its disk is
+// refused before writing, with a message that says so (llama.cpp's writer
+// said only "unexpected fwrite number of bytes written").
+func TestWriteGGUFDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	err := llama.CheckSpace(dir, free+1<<30)
+	if err == nil || !strings.Contains(err.Error(), "too full") || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("got %v, want the disk named too full", err)
+	}
+	if err := llama.CheckSpace(dir, 1); err != nil {
+		t.Fatalf("one byte: %v", err)
+	}
+}
