@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -120,5 +121,25 @@ func TestNumbersChecked(t *testing.T) {
 		if _, err := os.Stat(out); err == nil {
 			t.Fatalf("%s: wrote %s", c.name, out)
 		}
+	}
+}
+
+// TestLongTrainingSequenceRefused: issue 23's 8,606-token training
+// sequence took 5 GB for a 186K-parameter model. A sequence longer than
+// model.ctx is refused, naming its record, before the model is loaded.
+func TestLongTrainingSequenceRefused(t *testing.T) {
+	dir := t.TempDir()
+	ids := make([]int32, 8606)
+	for i := range ids {
+		ids[i] = int32(3 + i%100)
+	}
+	rec, _ := json.Marshal(map[string]any{"prompt_id": "long", "sample": 0, "prompt_ids": ids[:6], "completion_ids": ids[6:], "advantage": 1.0})
+	data := filepath.Join(dir, "train.jsonl")
+	os.WriteFile(data, append(rec, '\n'), 0o644)
+	cfg := DefaultConfig()
+	cfg.Model.Path = filepath.Join(dir, "no-model.gguf") // never opened
+	_, err := Train(context.Background(), TrainOptions{Config: cfg, Data: data, AdapterOut: filepath.Join(dir, "a.gguf"), Steps: 1})
+	if err == nil || !strings.Contains(err.Error(), `record 1 (prompt_id "long"`) || !strings.Contains(err.Error(), "8606 tokens, longer than model.ctx = 2048") {
+		t.Fatalf("got %v, want the long sequence refused", err)
 	}
 }

@@ -161,6 +161,15 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	if err := CheckTrainExamples(o.Data, recs); err != nil {
 		return sum, err
 	}
+	// A sequence's activations grow with its length (attention with its
+	// square): one longer than the context is refused before anything is
+	// allocated for it (8,606 tokens took 5 GB for a 186K-parameter model).
+	for i, r := range recs {
+		if n := len(r.PromptIDs) + len(r.CompletionIDs); n > cfg.Model.Ctx {
+			return sum, fmt.Errorf("%s: record %d (prompt_id %q, sample %d): a sequence of %d tokens, longer than model.ctx = %d",
+				o.Data, i+1, r.PromptID, r.Sample, n, cfg.Model.Ctx)
+		}
+	}
 	sum.Examples = len(recs)
 	mc := cfg.Model
 	mc.Adapter = ""                  // the adapter trained here is loaded below
