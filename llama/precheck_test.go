@@ -606,3 +606,23 @@ func TestWriteGGUFDiskFull(t *testing.T) {
 		t.Fatalf("one byte: %v", err)
 	}
 }
+
+// TestLoadErrorGivesTheReason: a file the pre-check accepts and llama.cpp
+// refuses (a tensor missing) says llama.cpp's reason without --verbose,
+// not only "failed to load model".
+func TestLoadErrorGivesTheReason(t *testing.T) {
+	b, err := os.ReadFile(tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Count(b, []byte("output_norm.weight")) != 1 {
+		t.Fatal("the tiny model has no single output_norm.weight")
+	}
+	b = bytes.Replace(b, []byte("output_norm.weight"), []byte("output_norm.weigha"), 1)
+	path := filepath.Join(t.TempDir(), "missing-tensor.gguf")
+	os.WriteFile(path, b, 0o644)
+	_, err = llama.LoadModel(path, llama.ModelParams{})
+	if err == nil || !strings.Contains(err.Error(), "missing tensor 'output_norm.weight'") {
+		t.Fatalf("got %v, want llama.cpp's reason", err)
+	}
+}
