@@ -626,3 +626,35 @@ func TestLoadErrorGivesTheReason(t *testing.T) {
 		t.Fatalf("got %v, want llama.cpp's reason", err)
 	}
 }
+
+// TestWriteGGUFOutputs: a GGUF output (an adapter, a generated model) is
+// written as every output is (internal/atomicfile): through a symlink to
+// its target, through /dev/null without replacing it, and a killed
+// write's leftover is removed.
+func TestWriteGGUFOutputs(t *testing.T) {
+	dir := t.TempDir()
+	spec := modelgen.Tiny()
+	target := filepath.Join(dir, "target.gguf")
+	link := filepath.Join(dir, "link.gguf")
+	os.Symlink("target.gguf", link)
+	leftover := filepath.Join(dir, ".target.gguf.tmp-12345")
+	os.WriteFile(leftover, []byte("half"), 0o600)
+	if err := modelgen.Write(link, spec); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link was replaced: %v", err)
+	}
+	if err := llama.PrecheckGGUF(target); err != nil {
+		t.Fatalf("the link's target: %v", err)
+	}
+	if _, err := os.Stat(leftover); err == nil {
+		t.Fatal("a killed write's leftover is still there")
+	}
+	if err := modelgen.Write(os.DevNull, spec); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(os.DevNull); st.Mode()&os.ModeDevice == 0 {
+		t.Fatalf("%s is now %v", os.DevNull, st.Mode())
+	}
+}
