@@ -53,12 +53,6 @@ func checkVocab(h *ggufHeader) error {
 		if v, ok := h.KV["tokenizer.ggml.merges"]; !ok || v.Type != ggufArray {
 			return fmt.Errorf("key \"tokenizer.ggml.merges\": missing, and the \"gpt2\" tokenizer needs it")
 		}
-		// llama.cpp's token_to_byte aborts on a BPE byte token.
-		for i, typ := range h.TokenTypes {
-			if typ == tokenTypeByte {
-				return fmt.Errorf("key %q: token %d has type byte, which the \"gpt2\" tokenizer does not have", tokenTypeKey, i)
-			}
-		}
 	case "":
 		return fmt.Errorf("key \"tokenizer.ggml.model\": missing, and the file has a token list")
 	default:
