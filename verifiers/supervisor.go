@@ -32,14 +32,11 @@ func init() {
 	}
 }
 
-// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER (Linux).
-const prSetChildSubreaper = 36
-
 // supervise runs argv (the limit wrapper and the checker) and returns its
 // exit status, after killing every process left under the supervisor.
 func supervise(argv []string) int {
 	os.Unsetenv(supervisorEnv)
-	syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0) // best effort: Linux only
+	becomeSubreaper()
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	cmd := exec.Command(argv[0], argv[1:]...)
