@@ -2,6 +2,15 @@ package llama
 
 /*
 #include "ggml.h"
+#include "ggml-cpu.h"
+
+// confclip_cpu_can_multiply says whether ggml's CPU backend has a dot
+// product for type t: Q8_1, Q8_K and the integer types are only what
+// activations are converted to, and a weight of such a type is a call
+// through a null pointer in the first matrix product.
+static int confclip_cpu_can_multiply(enum ggml_type t) {
+	return ggml_get_type_traits_cpu(t)->vec_dot != NULL;
+}
 */
 import "C"
 
@@ -434,6 +443,9 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 		}
 		if typ >= C.GGML_TYPE_COUNT || C.ggml_blck_size(C.enum_ggml_type(typ)) == 0 {
 			return nil, fmt.Errorf("tensor %q: invalid ggml type %d", name, typ)
+		}
+		if C.confclip_cpu_can_multiply(C.enum_ggml_type(typ)) == 0 {
+			return nil, fmt.Errorf("tensor %q: type %s, which ggml cannot multiply by (not a weight type)", name, ggmlTypeName(typ))
 		}
 		h.TensorTypes[name] = typ
 		blck := uint64(C.ggml_blck_size(C.enum_ggml_type(typ)))

@@ -315,6 +315,13 @@ var hostileCases = []mutation{
 		kv = binary.LittleEndian.AppendUint32(kv, math.Float32bits(3e38))
 		return insertKV(t, b, "general.name", kv)
 	}},
+	{"q8_1 weight", `"output.weight": type q8_1, which ggml cannot multiply by`, func(t testing.TB, b []byte) []byte {
+		// The last tensor, so that its smaller data leaves every offset as
+		// it was; llama_decode died on a null dot product (mutant 1275).
+		_, ts := ggufLayout(t, b)
+		put32(b, ts[len(ts)-1].typOff, 9)
+		return b
+	}},
 	{"f16 norm weight", `"blk.0.attn_norm.weight": type f16`, func(t testing.TB, b []byte) []byte {
 		// Twice the elements in f16: the same bytes, so the layout holds.
 		_, ts := ggufLayout(t, b)
