@@ -138,12 +138,19 @@ test: $(LIBS)
 # in a child process, which must not crash; minimising a new corpus entry is
 # kept short, since each try that passes the pre-check costs a child process).
 GGUF_FUZZTIME ?= 10m
+# Last, scripts/mutants.go: MUTANTS mutated copies of stories260K and of
+# generated qwen2 and gemma3 models through inspect and rollout.
+MUTANTS ?= 300
 # The training benchmark runs bin/confclip train for its peak memory.
 bench: $(LIBS) bin/confclip
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -fuzz FuzzPrecheckGGUF -fuzztime $(GGUF_FUZZTIME) -fuzzminimizetime 5s ./llama
+	bin/confclip gen-model --arch qwen2 -o build/mutants-qwen2.gguf
+	bin/confclip gen-model --arch gemma3 -o build/mutants-gemma3.gguf
+	$(GO) run scripts/mutants.go -n $(MUTANTS) -bin bin/confclip -keep build/mutants \
+		-model ../shared/models/stories260K.gguf,build/mutants-qwen2.gguf,build/mutants-gemma3.gguf
 
 # GPU against CPU: rollouts and training steps with every layer on the first
 # GPU against the CPU, in one run each (scripts/gpu-check.sh).

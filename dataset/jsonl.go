@@ -8,7 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // MaxLineBytes bounds one JSONL line (64 MiB); longer lines are an error.
@@ -148,19 +149,19 @@ func ReadFile[T any](path string, skipBad bool) (recs []T, lines []int, skipped 
 // written output file. Each record is one complete line.
 type Writer struct {
 	path string
-	tmp  *os.File
+	f    *atomicfile.File
 	bw   *bufio.Writer
 	n    int
 }
 
-// Create starts writing path (through a temporary file in the same folder).
+// Create starts writing path (through a temporary file beside it, see
+// internal/atomicfile for links, devices and modes).
 func Create(path string) (*Writer, error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{path: path, tmp: tmp, bw: bufio.NewWriterSize(tmp, 1<<20)}, nil
+	return &Writer{path: path, f: f, bw: bufio.NewWriterSize(f, 1<<20)}, nil
 }
 
 // Write appends one record as one line.
@@ -186,26 +187,11 @@ func (w *Writer) Commit() error {
 		w.Abort()
 		return fmt.Errorf("%s: %w", w.path, err)
 	}
-	if err := w.tmp.Sync(); err != nil {
-		w.Abort()
-		return fmt.Errorf("%s: %w", w.path, err)
-	}
-	if err := w.tmp.Close(); err != nil {
-		os.Remove(w.tmp.Name())
-		return fmt.Errorf("%s: %w", w.path, err)
-	}
-	if err := os.Rename(w.tmp.Name(), w.path); err != nil {
-		os.Remove(w.tmp.Name())
-		return err
-	}
-	return nil
+	return w.f.Commit()
 }
 
 // Abort throws the temporary file away; the target is left as it was.
-func (w *Writer) Abort() {
-	w.tmp.Close()
-	os.Remove(w.tmp.Name())
-}
+func (w *Writer) Abort() { w.f.Abort() }
 
 // Appender appends whole lines to a file that is kept (used by resumable
 // stages such as rollout). Each Write is a single write(2) of a complete line,

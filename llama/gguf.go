@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"unsafe"
+
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // GGUF is an open GGUF file's header: its key-value metadata and tensor
@@ -344,24 +346,26 @@ func (w *GGUFWriter) WriteFile(path string) error {
 	if w.err != nil {
 		return w.err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err := checkSpace(filepath.Dir(path), w.ggufFileSize()); err != nil {
+		return fileErr(path, "%v", err)
+	}
+	// Through atomicfile for what an output path means (links followed,
+	// devices written through, mode, leftovers of a killed write); C
+	// writes the bytes to the file it names.
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return err
 	}
-	tmp.Close()
-	cpath := C.CString(tmp.Name())
+	cpath := C.CString(f.Name())
 	defer C.free(unsafe.Pointer(cpath))
 	var ok C.bool
 	msg := call(func() { ok = C.gguf_write_to_file(w.ctx, cpath, false) })
 	if !ok {
-		os.Remove(tmp.Name())
-		return fileErr(path, "%s", because("writing GGUF failed", msg))
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
+		err := writeFailed(path, msg)
+		f.Abort()
 		return err
 	}
-	return nil
+	return f.Commit()
 }
 
 // Close frees the writer's memory. It is safe to call twice.

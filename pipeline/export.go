@@ -15,6 +15,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // Export formats.
@@ -89,6 +90,9 @@ type ExportSummary struct {
 // into place, so a failed export leaves no partial file.
 func Export(opts ExportOptions) (ExportSummary, error) {
 	sum := ExportSummary{Out: opts.Out}
+	if err := atomicfile.NotInput(opts.Out, opts.In); err != nil {
+		return sum, err
+	}
 	format, err := exportFormat(opts.Out, opts.Format)
 	if err != nil {
 		return sum, err

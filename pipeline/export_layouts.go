@@ -2,12 +2,11 @@ package pipeline
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // Export layouts: which columns a training set has and what they are
@@ -184,7 +183,7 @@ func createLayoutWriter(path, format, layout string) (*layoutWriter, error) {
 // the target, renamed into place on commit.
 type pqWriter[T any] struct {
 	path string
-	tmp  *os.File
+	f    *atomicfile.File
 	pw   *parquet.GenericWriter[T]
 	conv func(dataset.TrainExample, bool) T
 	row  [1]T
@@ -194,15 +193,15 @@ type pqWriter[T any] struct {
 const metaLayout = "confclip.layout"
 
 func newPQ[T any](path, layout string, conv func(dataset.TrainExample, bool) T) (*pqWriter[T], error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	pw := parquet.NewGenericWriter[T](tmp,
+	pw := parquet.NewGenericWriter[T](f,
 		parquet.Compression(&parquet.Zstd),
 		parquet.KeyValueMetadata("confclip.schema", dataset.SchemaTrain),
 		parquet.KeyValueMetadata(metaLayout, layout))
-	return &pqWriter[T]{path: path, tmp: tmp, pw: pw, conv: conv}, nil
+	return &pqWriter[T]{path: path, f: f, pw: pw, conv: conv}, nil
 }
 
 func (w *pqWriter[T]) write(ex dataset.TrainExample, correct bool) error {
@@ -214,24 +213,11 @@ func (w *pqWriter[T]) write(ex dataset.TrainExample, correct bool) error {
 }
 
 func (w *pqWriter[T]) commit() error {
-	err := w.pw.Close()
-	if err == nil {
-		err = w.tmp.Sync()
-	}
-	if cerr := w.tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(w.tmp.Name(), w.path)
-	}
-	if err != nil {
-		os.Remove(w.tmp.Name())
+	if err := w.pw.Close(); err != nil {
+		w.f.Abort()
 		return fmt.Errorf("%s: %w", w.path, err)
 	}
-	return nil
+	return w.f.Commit()
 }
 
-func (w *pqWriter[T]) abort() {
-	w.tmp.Close()
-	os.Remove(w.tmp.Name())
-}
+func (w *pqWriter[T]) abort() { w.f.Abort() }

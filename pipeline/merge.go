@@ -11,6 +11,7 @@ import (
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // MergeResult says what a merge joined.
@@ -74,6 +75,9 @@ func checkShards(what string, files, specs []string) ([]int, Shard, error) {
 // its file says, holds G samples, and is in no other file.
 func MergeRollouts(inputs []string, out string) (MergeResult, error) {
 	res := MergeResult{Out: out}
+	if err := atomicfile.NotInput(out, inputs...); err != nil {
+		return res, err
+	}
 	provs := make([]RolloutProvenance, len(inputs))
 	specs := make([]string, len(inputs))
 	for i, in := range inputs {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/rollout"
 )
 
@@ -153,6 +154,12 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 		return res, errors.New("rollout: give the prompt file and the output file")
 	}
 	if err := o.Shard.Check(); err != nil {
+		return res, err
+	}
+	if err := atomicfile.NotInput(o.Out, o.In, cfg.Model.Path, cfg.Model.Adapter); err != nil {
+		return res, err
+	}
+	if err := cfg.ValidateTables("rollout"); err != nil {
 		return res, err
 	}
 	if cfg.Rollout.Group < 1 || cfg.Rollout.MaxTokens < 1 {

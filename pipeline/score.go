@@ -14,6 +14,7 @@ import (
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -170,6 +171,9 @@ type scorer struct {
 // appearance, and must all have the same size. Errors name file and line.
 func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 	start := time.Now()
+	if err := atomicfile.NotInput(opts.Out, opts.In); err != nil {
+		return Summary{}, err
+	}
 	tf, err := opts.teacherForceHook()
 	if err != nil {
 		return Summary{}, err

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/train"
 )
@@ -141,8 +142,14 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	if o.AdapterOut == "" {
 		return sum, errors.New("no adapter output path given (--adapter-out)")
 	}
-	if o.Steps <= 0 {
-		o.Steps = 1
+	if err := atomicfile.NotInput(o.AdapterOut, o.Data, cfg.Model.Path, o.AdapterIn); err != nil {
+		return sum, err
+	}
+	if o.Steps < 1 {
+		return sum, fmt.Errorf("steps = %d: want at least 1 optimiser step", o.Steps)
+	}
+	if err := cfg.ValidateTables("model", "train"); err != nil {
+		return sum, err
 	}
 	recs, err := ReadTrainExamples(o.Data)
 	if err != nil {
@@ -153,6 +160,15 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	}
 	if err := CheckTrainExamples(o.Data, recs); err != nil {
 		return sum, err
+	}
+	// A sequence's activations grow with its length (attention with its
+	// square): one longer than the context is refused before anything is
+	// allocated for it (8,606 tokens took 5 GB for a 186K-parameter model).
+	for i, r := range recs {
+		if n := len(r.PromptIDs) + len(r.CompletionIDs); n > cfg.Model.Ctx {
+			return sum, fmt.Errorf("%s: record %d (prompt_id %q, sample %d): a sequence of %d tokens, longer than model.ctx = %d",
+				o.Data, i+1, r.PromptID, r.Sample, n, cfg.Model.Ctx)
+		}
 	}
 	sum.Examples = len(recs)
 	mc := cfg.Model

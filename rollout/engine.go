@@ -111,15 +111,18 @@ func (o *Options) defaults() error {
 // Engine generates completions and scores given ones with one model. It owns
 // a llama.Context and is used by one goroutine at a time.
 type Engine struct {
-	m       *llama.Model
-	o       Options
-	ctx     *llama.Context
-	batch   *llama.Batch
-	smps    []*sampler.Sampler // one per sampling goroutine
-	pieces  *pieces
-	stops   [][]byte
-	adapter *llama.Adapter
-	scale   float32
+	m      *llama.Model
+	o      Options
+	ctx    *llama.Context
+	batch  *llama.Batch
+	smps   []*sampler.Sampler // one per sampling goroutine
+	pieces *pieces
+	stops  [][]byte
+	// maxPieceLen is maxPiece's answer, found once.
+	maxPieceOnce sync.Once
+	maxPieceLen  int
+	adapter      *llama.Adapter
+	scale        float32
 	// smpBy holds the samplers of Serve requests' own sampling settings.
 	smpBy map[sampler.Params][]*sampler.Sampler
 	// progress, set by Serve, sees each sequence after each token it keeps.
@@ -314,6 +317,15 @@ func (e *Engine) prepare(prompts []dataset.Prompt, st *Stats) []*group {
 			bad("%v", err)
 			continue
 		}
+		// A token covers at most maxPiece bytes: a longer text cannot fit
+		// the context, and is refused before the tokenizer allocates for
+		// it (a 50 MB prompt took 2 GB before its rejection).
+		if len(text) > e.o.SeqCtx {
+			if most := e.o.SeqCtx * e.maxPiece(); len(text) > most {
+				bad("prompt of %d bytes cannot fit the %d-token context of one sequence (a token covers at most %d bytes)", len(text), e.o.SeqCtx, e.maxPiece())
+				continue
+			}
+		}
 		toks, err := e.m.Tokenize(text, true, parseSpecial)
 		if err != nil {
 			bad("tokenizing the prompt: %v", err)
@@ -327,6 +339,20 @@ func (e *Engine) prepare(prompts []dataset.Prompt, st *Stats) []*group {
 			n: e.o.Group, maxTokens: e.o.MaxTokens, seed: e.o.Seed, stops: e.stops, smps: e.smps})
 	}
 	return gs
+}
+
+// maxPiece is the most bytes of text one token stands for (special
+// tokens' text included), found once.
+func (e *Engine) maxPiece() int {
+	e.maxPieceOnce.Do(func() {
+		e.maxPieceLen = 1
+		for t := range e.m.NVocab() {
+			if b, err := e.m.TokenPiece(llama.Token(t), true); err == nil {
+				e.maxPieceLen = max(e.maxPieceLen, len(b))
+			}
+		}
+	})
+	return e.maxPieceLen
 }
 
 // render is the text the model sees for a prompt: the raw prompt, or the

@@ -57,7 +57,7 @@ func startServer(t testing.TB, cfg pipeline.Config, o Options) (string, *Server,
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: s.Handler()}
+	hs := s.HTTPServer()
 	go hs.Serve(ln)
 	t.Cleanup(func() {
 		hs.Shutdown(context.Background())

@@ -64,7 +64,7 @@ func serveCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	hs := srv.HTTPServer()
 	fmt.Fprintf(c.Root().Writer, "serving %s on http://%s/v1\n", srv.ModelID(), ln.Addr())
 	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
