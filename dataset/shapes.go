@@ -171,7 +171,7 @@ func ReadPrompts(path string, m FieldMap, skipBad bool) (PromptFile, error) {
 	pf.Shape = fmt.Sprintf("read as %s %s: %s", sh.name, kind, describe(sh.m))
 	for i, row := range rows {
 		p, fromLine, err := sh.prompt(row, lines[i])
-		if err == nil {
+		if err == nil && badText[i] != "" {
 			p.BadText = badText[i]
 		}
 		if err != nil {
@@ -288,7 +288,9 @@ func (sh shape) prompt(r map[string]any, line int) (p Prompt, fromLine bool, err
 		break
 	}
 	if p.Prompt == "" && len(p.Messages) == 0 {
-		return p, false, fmt.Errorf("empty prompt (no text in %s)", orJoin(sh.m.Messages, sh.m.Prompt))
+		// A bad prompt, not a bad file (docs/rollout.md): the engine reports
+		// it for this prompt only, and eval counts it as wrong.
+		p.BadText = fmt.Sprintf("empty prompt (no text in %s)", orJoin(sh.m.Messages, sh.m.Prompt))
 	}
 	if p.Answer, err = sh.answer(r); err != nil {
 		return p, false, err

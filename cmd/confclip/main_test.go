@@ -228,17 +228,19 @@ func TestEvalJUnitAndFailures(t *testing.T) {
 	data := filepath.Join(dir, "smoke.jsonl")
 	os.WriteFile(data, []byte(`{"id":"p0","prompt":"Say 0:","answer":"x"}
 {"id":"p1","prompt":"`+strings.Repeat("Say 1 2 3 ", 20)+`","answer":"x"}
-`), 0o644) // p1 does not fit -c 64
+{"id":"p2","prompt":"","answer":"x"}
+`), 0o644) // p1 does not fit -c 64; p2 is empty: both count as wrong and are listed
 
 	always := filepath.Join(dir, "always.toml")
 	os.WriteFile(always, []byte("[verifier]\nname = \"format\"\npattern = \"\"\"(?s).*\"\"\"\n"), 0o644)
 	junit := filepath.Join(dir, "report.xml")
 	code, out := runOut(t, "eval", "-m", model, "--data", data, "-n", "3", "-c", "64", "--config", always, "--junit", junit, "--fail-under", "0.9")
-	if code != 3 || !strings.Contains(out, "accuracy     0.5000") || !strings.Contains(out, `smoke.jsonl:2: id "p1"`) {
+	if code != 3 || !strings.Contains(out, "accuracy     0.3333") || !strings.Contains(out, `smoke.jsonl:2: id "p1"`) ||
+		!strings.Contains(out, `smoke.jsonl:3: id "p2"`) || !strings.Contains(out, "empty prompt") {
 		t.Fatalf("eval with an empty prompt: exit %d\n%s", code, out)
 	}
 	b, err := os.ReadFile(junit)
-	if err != nil || strings.Count(string(b), "<testcase ") != 2 || !strings.Contains(string(b), `errors="1"`) {
+	if err != nil || strings.Count(string(b), "<testcase ") != 3 || !strings.Contains(string(b), `errors="2"`) {
 		t.Fatalf("JUnit report: %v\n%s", err, b)
 	}
 	code, out = runOut(t, "eval", "-m", model, "--data", data, "-n", "3", "-c", "64", "--config", always, "--json")
