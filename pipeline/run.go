@@ -528,23 +528,27 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 		if len(diff) > 0 {
 			return nil, fmt.Errorf("%s: the run was started with another configuration (%s): %v; resume with the same one", dir, cfgPath, diff)
 		}
+		var ck *Checkpoint
+		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
+		switch {
+		case errors.Is(err, os.ErrNotExist): // killed before its first checkpoint: start over
+		case err != nil:
+			return nil, err
+		default:
+			ck = new(Checkpoint)
+			if err := json.Unmarshal(b, ck); err != nil {
+				return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CheckpointFile), err)
+			}
+			if ck.Step > cfg.Run.Steps {
+				return nil, fmt.Errorf("%s: the run has done %d steps, more than run.steps = %d: to extend it, resume with more steps (--steps %d or more)", dir, ck.Step, cfg.Run.Steps, ck.Step+1)
+			}
+		}
 		if !bytes.Equal(old, buf.Bytes()) { // more steps: the folder says so
 			if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 				return nil, err
 			}
 		}
-		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil // killed before its first checkpoint: start over
-		}
-		if err != nil {
-			return nil, err
-		}
-		var ck Checkpoint
-		if err := json.Unmarshal(b, &ck); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CheckpointFile), err)
-		}
-		return &ck, nil
+		return ck, nil
 	case errors.Is(err, os.ErrNotExist) && resume:
 		return nil, fmt.Errorf("%s: nothing to resume (no %s)", dir, RunConfigFile)
 	case err != nil && !errors.Is(err, os.ErrNotExist):

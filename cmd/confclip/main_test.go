@@ -248,3 +248,47 @@ func TestEvalJUnitAndFailures(t *testing.T) {
 		t.Fatalf("eval --json: exit %d\n%s", code, out)
 	}
 }
+
+// TestRunTakesStageFlags: run takes every stage's flags, a flag wins over the
+// file, and resuming below the steps done is an error.
+func TestRunTakesStageFlags(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "train.jsonl")
+	os.WriteFile(data, []byte("{\"id\":\"a\",\"prompt\":\"Say 1:\",\"answer\":\"x\"}\n{\"id\":\"b\",\"prompt\":\"Say 2:\",\"answer\":\"x\"}\n"), 0o644)
+	cfg := filepath.Join(dir, "loop.toml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`[model]
+path = %q
+ctx = 64
+[data]
+train = %q
+[verifier]
+name = "format"
+pattern = "^\\s*[a-m]"
+[rollout]
+group = 2
+max_tokens = 4
+temperature = 1.0
+[train]
+lora_rank = 2
+micro_batch = 64
+[run]
+steps = 2
+prompts_per_step = 2
+out = %q
+`, model, data, filepath.Join(dir, "run"))), 0o644)
+	if code, out := runOut(t, "run", cfg, "--temp", "0.5", "--lora-rank", "4"); code != 0 {
+		t.Fatalf("run --temp 0.5: exit %d\n%s", code, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "run", pipeline.RunConfigFile))
+	if err != nil || !strings.Contains(string(b), "temperature = 0.5") || !strings.Contains(string(b), "lora_rank = 4") {
+		t.Fatalf("the flags did not win over the file: %v\n%s", err, b)
+	}
+	code, out := runOut(t, "run", cfg, "--temp", "0.5", "--lora-rank", "4", "--resume", "--steps", "1")
+	if code != 1 || !strings.Contains(out, "has done 2 steps") {
+		t.Fatalf("run --resume --steps 1 after 2 steps: exit %d\n%s", code, out)
+	}
+}

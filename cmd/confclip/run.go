@@ -19,11 +19,12 @@ func init() {
 			Name:      "run",
 			Usage:     "the main job: rollout, score, export and train, looped, with evaluation, metrics, plots and checkpoints",
 			ArgsUsage: "CONFIG.toml",
-			Flags: []cli.Flag{
+			// Every stage's flags: a flag given wins over the file.
+			Flags: join([]cli.Flag{
 				&cli.BoolFlag{Name: "resume", Usage: "continue the run in [run] out from its last checkpoint (with more --steps, extend a finished run)"},
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "run `DIR` (overrides [run] out)"},
 				&cli.IntFlag{Name: "steps", Value: defaults.Run.Steps, Usage: "training steps (overrides [run] steps)"},
-			},
+			}, stageFlags()),
 			Action: runCmd,
 		}
 	})
@@ -32,13 +33,18 @@ func init() {
 			Name:      "experiment",
 			Usage:     "run several arms (binary GRPO, ConfClip GRPO, ...) times several seeds from the same start and compare them",
 			ArgsUsage: "CONFIG.toml",
-			Flags: []cli.Flag{
+			Flags: join([]cli.Flag{
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "experiment `DIR` (overrides [run] out)"},
 				&cli.IntFlag{Name: "steps", Value: defaults.Run.Steps, Usage: "training steps per run (overrides [run] steps)"},
-			},
+			}, stageFlags()),
 			Action: experimentCmd,
 		}
 	})
+}
+
+// stageFlags are the flags of every stage a run loops over.
+func stageFlags() []cli.Flag {
+	return join(modelFlags(), samplingFlags(), verifierFlags(), rewardFlags(), trainFlags())
 }
 
 // runConfig reads CONFIG.toml (the argument, or --config) and the overrides.
@@ -50,7 +56,7 @@ func runConfig(c *cli.Command) (pipeline.Config, error) {
 	case c.NArg() > 1 || path == "":
 		return pipeline.Config{}, cli.Exit(c.Name+": give one CONFIG.toml (as the argument or with --config)", 2)
 	}
-	cfg, err := pipeline.LoadConfig(path)
+	cfg, err := loadConfigFile(c, path)
 	if err != nil {
 		return cfg, err
 	}
