@@ -78,9 +78,9 @@ type ExportSummary struct {
 // input order (dataset.TrainExample): the prompt and completion token ids, a
 // completion mask of ones, the sequence's advantage and its per-token
 // broadcast, the sampling log-probs as old_logprobs, the reward, and the
-// provenance. Advantages are used as scoring left them: a completion that
-// scoring masked (advantage.mask_truncated) keeps its tokens in the mask with
-// advantage 0.
+// provenance. Advantages are used as scoring left them; with
+// MaskTruncated a completion stopped on the length limit (advantage 0 from
+// scoring) gets a mask of zeros.
 //
 // A record without completion or prompt tokens is an error that names its
 // file and line: completions produced elsewhere need teacher forcing while

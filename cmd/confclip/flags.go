@@ -49,7 +49,7 @@ func modelFlags() []cli.Flag {
 	return []cli.Flag{
 		stringOpt("model", []string{"m"}, "GGUF model `FILE` ([model] path)", func(c *pipeline.Config) *string { return &c.Model.Path }),
 		stringOpt("adapter", []string{"lora"}, "LoRA adapter `FILE` (GGUF) on top of the model ([model] adapter)", func(c *pipeline.Config) *string { return &c.Model.Adapter }),
-		intOpt("threads", []string{"t"}, "CPU threads, 0 = every core ([model] threads)", func(c *pipeline.Config) *int { return &c.Model.Threads }),
+		intOpt("threads", []string{"t"}, "CPU threads, 0 = automatic: rollouts one per 5M parameters up to the cores, training every core ([model] threads)", func(c *pipeline.Config) *int { return &c.Model.Threads }),
 		intOpt("ctx-size", []string{"c", "ctx"}, "context of one sequence, prompt + completion, in tokens ([model] ctx)", func(c *pipeline.Config) *int { return &c.Model.Ctx }),
 		intOpt("gpu-layers", []string{"ngl", "n-gpu-layers"}, "layers offloaded to the GPU, -1 = all ([model] gpu_layers)", func(c *pipeline.Config) *int { return &c.Model.GPULayers }),
 		stringOpt("device", nil, "ggml `DEVICE` to run on, e.g. CUDA0 (confclip version lists them; [model] device)", func(c *pipeline.Config) *string { return &c.Model.Device }),
