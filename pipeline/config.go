@@ -6,6 +6,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"sort"
 	"strings"
 
@@ -174,8 +175,11 @@ func LoadConfig(path string) (Config, error) {
 		return cfg, nil
 	}
 	md, err := toml.DecodeFile(path, &cfg)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	if err != nil {
+		return cfg, configError{fmt.Errorf("%s: %w", path, err)}
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))
@@ -183,10 +187,20 @@ func LoadConfig(path string) (Config, error) {
 			keys[i] = k.String() + didYouMean(k.String(), configKeyNames())
 		}
 		sort.Strings(keys)
-		return cfg, fmt.Errorf("%s: unknown key %s", path, strings.Join(keys, ", "))
+		return cfg, configError{fmt.Errorf("%s: unknown key %s", path, strings.Join(keys, ", "))}
 	}
 	return cfg, nil
 }
+
+// ErrConfig is what errors.Is finds in an error of the configuration a
+// user wrote (a file that does not parse, an unknown key): like a bad flag,
+// a usage error, which the command line exits with status 2 for.
+var ErrConfig = errors.New("bad configuration")
+
+type configError struct{ error }
+
+func (configError) Is(target error) bool { return target == ErrConfig }
+func (e configError) Unwrap() error      { return e.error }
 
 // ErrNoModel is returned by stages that need a model when none was given.
 var ErrNoModel = errors.New("no model given (--model or [model] path)")

@@ -394,6 +394,13 @@ func TestDocumentedClaims(t *testing.T) {
 	if !strings.Contains(threads, "5M parameters") || !strings.Contains(row, "5M parameters") {
 		t.Errorf("--threads and docs/config.md disagree on 0:\n%s\n%s", threads, row)
 	}
+	// The exit statuses: the guide's table is the code's.
+	guide := read("../../docs/guide.md")
+	for _, code := range []int{exitOK, exitError, exitUsage, exitFailUnder, exitInternal, 130} {
+		if !strings.Contains(guide, fmt.Sprintf("\n| %d | ", code)) {
+			t.Errorf("docs/guide.md's exit-status table lacks %d", code)
+		}
+	}
 	// advantage.mask_truncated: one meaning in the config table and the export page.
 	if !strings.Contains(read("../../docs/config.md"), "zero completion mask") || !strings.Contains(read("../../docs/export.md"), "`completion_mask` of zeros") {
 		t.Error("docs/config.md and docs/export.md disagree on advantage.mask_truncated")

@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -78,20 +77,4 @@ func usageError(_ context.Context, c *cli.Command, err error, _ bool) error {
 		}
 	}
 	return cli.Exit(fmt.Sprintf("%s: %s; see %s --help", c.FullName(), msg, c.FullName()), 2)
-}
-
-// exitCode is the process status for an error of run.
-func exitCode(err error) int {
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) && ec.ExitCode() != 0 {
-		return ec.ExitCode()
-	}
-	return 1
-}
-
-func main() {
-	if err := newApp().Run(context.Background(), os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "confclip:", err)
-		os.Exit(exitCode(err))
-	}
 }

@@ -199,8 +199,8 @@ func TestCommandLineHabits(t *testing.T) {
 	}
 	bad := filepath.Join(dir, "bad.toml")
 	os.WriteFile(bad, []byte("[rollout]\ntemprature = 1\n"), 0o644)
-	if code, _ := runOut(t, "version", "--config", bad); code != 1 {
-		t.Errorf("an unknown config key: exit %d, want 1", code)
+	if code, _ := runOut(t, "version", "--config", bad); code != 2 {
+		t.Errorf("an unknown config key: exit %d, want 2 (usage)", code)
 	}
 	if code, out := runOut(t, "eval", "-m", model, "--data", cfg, "--fail-under", "50"); code != 2 || !strings.Contains(out, "0..1") {
 		t.Errorf("--fail-under 50: exit %d: %s", code, out)
