@@ -68,14 +68,18 @@ type RolloutConfig struct {
 
 // VerifierConfig chooses and tunes the verifier.
 type VerifierConfig struct {
-	Name        string   `toml:"name"`         // math, exact, choice, format, command
-	Pattern     string   `toml:"pattern"`      // format: regular expression
-	JSON        bool     `toml:"json"`         // format: completion must be JSON
-	Command     []string `toml:"command"`      // command: argv
-	TimeoutMS   int      `toml:"timeout_ms"`   // per verification
-	MaxBytes    int      `toml:"max_bytes"`    // completions are capped to this many bytes
-	RelTol      float64  `toml:"rel_tol"`      // math: relative tolerance for irrationals
-	LastNumber  bool     `toml:"last_number"`  // math: fall back to the last number
+	Name       string   `toml:"name"`        // math, exact, choice, format, command
+	Pattern    string   `toml:"pattern"`     // format: regular expression
+	JSON       bool     `toml:"json"`        // format: completion must be JSON
+	Command    []string `toml:"command"`     // command: argv
+	TimeoutMS  int      `toml:"timeout_ms"`  // per verification
+	MaxBytes   int      `toml:"max_bytes"`   // completions are capped to this many bytes
+	RelTol     float64  `toml:"rel_tol"`     // math: relative tolerance for irrationals
+	LastNumber bool     `toml:"last_number"` // math: fall back to the last number
+	// Strict (math): final-answer forms only, no last-number fallback.
+	// Unset means true in run and experiment (a policy trained against the
+	// verifier would learn to end on any number) and false elsewhere.
+	Strict      *bool    `toml:"strict"`
 	Extractors  []string `toml:"extractors"`   // math: extraction priority
 	CaseFold    bool     `toml:"case_fold"`    // exact: ignore case
 	IgnorePunct bool     `toml:"ignore_punct"` // exact: ignore punctuation
@@ -190,6 +194,16 @@ func LoadConfig(path string) (Config, error) {
 		return cfg, configError{fmt.Errorf("%s: unknown key %s", path, strings.Join(keys, ", "))}
 	}
 	return cfg, nil
+}
+
+// TrainingDefaults sets what is unset in cfg to its value for training
+// against the verifier (run, experiment): verifier.strict = true.
+func TrainingDefaults(cfg Config) Config {
+	if cfg.Verifier.Strict == nil {
+		strict := true
+		cfg.Verifier.Strict = &strict
+	}
+	return cfg
 }
 
 // ErrConfig is what errors.Is finds in an error of the configuration a

@@ -80,7 +80,7 @@ type RunResult struct {
 // evaluation on the held-out prompts; metrics, plots and a checkpoint after
 // every step.
 func Run(ctx context.Context, o RunOptions) (RunResult, error) {
-	cfg := o.Config
+	cfg := TrainingDefaults(o.Config)
 	logw := o.Log
 	if logw == nil {
 		logw = io.Discard

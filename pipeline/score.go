@@ -62,6 +62,7 @@ func VerifierOptions(c VerifierConfig) verifiers.Options {
 		MaxBytes:    c.MaxBytes,
 		RelTol:      c.RelTol,
 		LastNumber:  c.LastNumber,
+		Strict:      c.Strict != nil && *c.Strict,
 		Extractors:  c.Extractors,
 		CaseFold:    c.CaseFold,
 		IgnorePunct: c.IgnorePunct,
@@ -153,12 +154,15 @@ type scoreRecord struct {
 
 // scorer holds what Score resolved from its options.
 type scorer struct {
-	opts       ScoreOptions
-	reward     confclip.Reward
-	estimator  confclip.ConfidenceEstimator
-	advantage  confclip.AdvantageFunc
-	shaping    confclip.Shaping
-	verifiers  map[string]verifiers.Verifier
+	opts      ScoreOptions
+	reward    confclip.Reward
+	estimator confclip.ConfidenceEstimator
+	advantage confclip.AdvantageFunc
+	shaping   confclip.Shaping
+	verifiers map[string]verifiers.Verifier
+	// truncated are the verifiers of completions the length limit cut off
+	// (verifiers.NewTruncated: math credits final-answer forms only).
+	truncated  map[string]verifiers.Verifier
 	format     verifiers.Verifier
 	skipped    Skipped
 	needLength bool
@@ -214,7 +218,7 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 }
 
 func newScorer(opts ScoreOptions) (*scorer, error) {
-	s := &scorer{opts: opts, verifiers: map[string]verifiers.Verifier{}}
+	s := &scorer{opts: opts, verifiers: map[string]verifiers.Verifier{}, truncated: map[string]verifiers.Verifier{}}
 	var err error
 	rc := opts.Reward
 	if s.reward, err = confclip.NewReward(rc.Method, confclip.RewardParams{Weight: rc.Weight, Lo: rc.Lo, Hi: rc.Hi, Eps: rc.Eps, Lambda: rc.Lambda}); err != nil {
@@ -351,6 +355,9 @@ func (s *scorer) check(sr *scoreRecord) (kind string, err error) {
 			return badRecord, fmt.Errorf("prompt %q: %w", r.PromptID, err)
 		}
 		s.verifiers[sr.verifier] = v
+		if s.truncated[sr.verifier], err = verifiers.NewTruncated(sr.verifier, VerifierOptions(s.opts.Verifier)); err != nil {
+			return badRecord, fmt.Errorf("prompt %q: %w", r.PromptID, err)
+		}
 	}
 	return "", nil
 }
@@ -486,7 +493,11 @@ func (s *scorer) verify(ctx context.Context, recs []*scoreRecord) error {
 
 func (s *scorer) verifyOne(ctx context.Context, sr *scoreRecord) {
 	r := &sr.rec
-	res, err := s.verifiers[sr.verifier].Verify(ctx, r.Text, r.Answer)
+	v := s.verifiers[sr.verifier]
+	if r.Finish == dataset.FinishLength {
+		v = s.truncated[sr.verifier]
+	}
+	res, err := v.Verify(ctx, r.Text, r.Answer)
 	if err == nil && s.format != nil {
 		var f verifiers.Result
 		f, err = s.format.Verify(ctx, r.Text, r.Answer)

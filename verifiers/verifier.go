@@ -34,6 +34,11 @@ type Options struct {
 	MaxBytes    int           // completions are capped to this many bytes (default 64 KiB)
 	RelTol      float64       // math: relative tolerance for irrational values (default 1e-6)
 	LastNumber  bool          // math: fall back to the last number in the completion
+	// Strict (math) credits an answer in a final-answer form only (boxed,
+	// gsm8k, answer_is, answer_colon) or a completion that is nothing but
+	// a number: no last-number fallback, which a policy trained against
+	// the verifier can learn to game by ending on any number.
+	Strict bool
 	Extractors  []string      // math: extraction priority (default: boxed, gsm8k, answer_is, answer_colon)
 	CaseFold    bool          // exact: ignore case
 	IgnorePunct bool          // exact: ignore punctuation
@@ -89,6 +94,15 @@ func New(name string, opts Options) (Verifier, error) {
 		return nil, fmt.Errorf("unknown verifier %q (known: %v)", name, Names())
 	}
 	return fn(opts.withDefaults())
+}
+
+// NewTruncated builds the verifier for completions the length limit cut
+// off: New's with Options.Strict set, so that math credits only a final
+// answer the model gave before the cut, not the last number of a text that
+// stopped mid-way. The other verifiers have no fallback and are New's.
+func NewTruncated(name string, opts Options) (Verifier, error) {
+	opts.Strict = true
+	return New(name, opts)
 }
 
 // Names lists the registered verifiers, sorted.

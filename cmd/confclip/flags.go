@@ -88,7 +88,13 @@ func verifierFlags() []cli.Flag {
 	setters[timeout] = func(c *cli.Command, cfg *pipeline.Config) {
 		cfg.Verifier.TimeoutMS = int(c.Duration("timeout").Milliseconds())
 	}
+	strict := &cli.BoolFlag{Name: "strict", Usage: "math verifier: credit final-answer forms only (\\boxed{}, ####, \"the answer is\", Answer:, a bare number), no last-number fallback ([verifier] strict; default: true in run and experiment, false elsewhere)"}
+	setters[strict] = func(c *cli.Command, cfg *pipeline.Config) {
+		b := c.Bool("strict")
+		cfg.Verifier.Strict = &b
+	}
 	return []cli.Flag{
+		strict,
 		stringOpt("verifier", nil, "math, exact, choice, format or command ([verifier] name)", func(c *pipeline.Config) *string { return &c.Verifier.Name }),
 		stringOpt("pattern", nil, "format verifier: regular expression the completion must match ([verifier] pattern)", func(c *pipeline.Config) *string { return &c.Verifier.Pattern }),
 		boolOpt("format-json", "format verifier: the completion must be JSON ([verifier] json)", func(c *pipeline.Config) *bool { return &c.Verifier.JSON }),

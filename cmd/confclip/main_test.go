@@ -287,6 +287,15 @@ out = %q
 	if err != nil || !strings.Contains(string(b), "temperature = 0.5") || !strings.Contains(string(b), "lora_rank = 4") {
 		t.Fatalf("the flags did not win over the file: %v\n%s", err, b)
 	}
+	if !strings.Contains(string(b), "strict = true") {
+		t.Errorf("run's verifier is not strict by default:\n%s", b)
+	}
+	// verify keeps the last-number fallback unless --strict.
+	for strict, want := range map[string]string{"false": `"correct":true`, "true": `"correct":false`} {
+		if code, out := runOut(t, "verify", "--answer", "8", "--completion", "Tom has 3 apples and gets 8", "--strict="+strict); code != 0 || !strings.Contains(out, want) {
+			t.Errorf("verify --strict=%s: exit %d\n%s", strict, code, out)
+		}
+	}
 	code, out := runOut(t, "run", cfg, "--temp", "0.5", "--lora-rank", "4", "--resume", "--steps", "1")
 	if code != 1 || !strings.Contains(out, "has done 2 steps") {
 		t.Fatalf("run --resume --steps 1 after 2 steps: exit %d\n%s", code, out)
