@@ -30,23 +30,23 @@ type Verifier interface {
 
 // Options configures the verifiers; each one reads the fields it needs.
 type Options struct {
-	Timeout     time.Duration // per verification (default 2s)
-	MaxBytes    int           // completions are capped to this many bytes (default 64 KiB)
-	RelTol      float64       // math: relative tolerance for irrational values (default 1e-6)
-	LastNumber  bool          // math: fall back to the last number in the completion
+	Timeout    time.Duration // per verification (default 2s)
+	MaxBytes   int           // completions are capped to this many bytes (default 64 KiB)
+	RelTol     float64       // math: relative tolerance for irrational values (default 1e-6)
+	LastNumber bool          // math: fall back to the last number in the completion
 	// Strict (math) credits an answer in a final-answer form only (boxed,
 	// gsm8k, answer_is, answer_colon) or a completion that is nothing but
 	// a number: no last-number fallback, which a policy trained against
 	// the verifier can learn to game by ending on any number.
-	Strict bool
-	Extractors  []string      // math: extraction priority (default: boxed, gsm8k, answer_is, answer_colon)
-	CaseFold    bool          // exact: ignore case
-	IgnorePunct bool          // exact: ignore punctuation
-	Pattern     string        // format: regular expression the completion must match
-	JSON        bool          // format: the completion must be a JSON value
-	Command     []string      // command: argv, no shell
-	MemoryMB    int           // command: address-space limit
-	CPUSeconds  int           // command: CPU-time limit
+	Strict      bool
+	Extractors  []string // math: extraction priority (default: boxed, gsm8k, answer_is, answer_colon)
+	CaseFold    bool     // exact: ignore case
+	IgnorePunct bool     // exact: ignore punctuation
+	Pattern     string   // format: regular expression the completion must match
+	JSON        bool     // format: the completion must be a JSON value
+	Command     []string // command: argv, no shell
+	MemoryMB    int      // command: address-space limit
+	CPUSeconds  int      // command: CPU-time limit
 }
 
 // Defaults applied by New to zero fields of Options.
