@@ -55,7 +55,7 @@ type DataConfig struct {
 // RolloutConfig is the sampling setup.
 type RolloutConfig struct {
 	Group       int      `toml:"group"`       // completions per prompt (G)
-	MaxTokens   int      `toml:"max_tokens"`  // completion length limit
+	MaxTokens   int      `toml:"max_tokens"`  // completion length limit; 0 = the context left after the prompt
 	Temperature float64  `toml:"temperature"` // sampling temperature
 	TopP        float64  `toml:"top_p"`       // nucleus; 1 = off
 	TopK        int      `toml:"top_k"`       // 0 = off
@@ -158,7 +158,7 @@ type ExperimentConfig struct {
 func DefaultConfig() Config {
 	return Config{
 		Model:      ModelConfig{Ctx: 2048},
-		Rollout:    RolloutConfig{Group: 8, MaxTokens: 256, Temperature: 1, TopP: 1},
+		Rollout:    RolloutConfig{Group: 8, MaxTokens: 0, Temperature: 1, TopP: 1},
 		Verifier:   VerifierConfig{Name: "math", TimeoutMS: 2000, MaxBytes: 64 << 10, RelTol: 1e-6, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10},
 		Confidence: ConfidenceConfig{Estimator: "geo_mean", Scope: "completion"},
 		Reward:     RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},

@@ -29,6 +29,10 @@ type sampling struct {
 	Stop        json.RawMessage `json:"stop"` // a string or a list
 	Seed        *uint64         `json:"seed"`
 	Stream      bool            `json:"stream"`
+	// The sampler has no penalties: a value other than 0 is refused, never
+	// silently ignored.
+	FrequencyPenalty *float64 `json:"frequency_penalty"`
+	PresencePenalty  *float64 `json:"presence_penalty"`
 	// PromptID keys the random streams (seed, prompt id, sample) as a
 	// confclip rollout does; the client sends it so that the server's
 	// samples are those of a local rollout.
@@ -136,6 +140,14 @@ func (s sampling) check(o *Options) *apiError {
 	}
 	if p := s.MinP; p != nil && !(*p >= 0 && *p <= 1) {
 		return badRequest("min_p", "min_p = %v: want a value in [0, 1]", *p)
+	}
+	for _, p := range []struct {
+		name string
+		v    *float64
+	}{{"frequency_penalty", s.FrequencyPenalty}, {"presence_penalty", s.PresencePenalty}} {
+		if p.v != nil && *p.v != 0 {
+			return badRequest(p.name, "%s = %v: not supported (the sampler has no penalties); leave it out or send 0", p.name, *p.v)
+		}
 	}
 	if m := s.MaxTokens; m != nil && *m < 1 {
 		return badRequest("max_tokens", "max_tokens = %d: want 1 or more", *m)

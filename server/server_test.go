@@ -209,6 +209,8 @@ func TestBadRequests(t *testing.T) {
 		{"top_logprobs without logprobs", "/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "a"}}, "top_logprobs": 2}, 400, "top_logprobs"},
 		{"empty stop", "/completions", map[string]any{"prompt": "a", "stop": ""}, 400, "stop"},
 		{"image part", "/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "image_url"}}}}}, 400, "only text"},
+		{"frequency_penalty", "/completions", map[string]any{"prompt": "a", "frequency_penalty": 0.5}, 400, "frequency_penalty = 0.5: not supported"},
+		{"presence_penalty", "/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "a"}}, "presence_penalty": -1}, 400, "presence_penalty = -1: not supported"},
 		{"unknown path", "/embeddings", map[string]any{"input": "a"}, 404, "no endpoint"},
 	} {
 		status, body := post(t, url+c.path, c.body)
@@ -227,9 +229,38 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("GET /v1/completions: status %d, want 405", resp.StatusCode)
 	}
 	// Still serving.
-	status, body := post(t, url+"/completions", map[string]any{"prompt": "Say 1:", "max_tokens": 4})
+	status, body := post(t, url+"/completions", map[string]any{"prompt": "Say 1:", "max_tokens": 4, "frequency_penalty": 0})
 	if status != 200 {
 		t.Fatalf("a good request after the bad ones: %d %v", status, body)
+	}
+}
+
+// TestMaxTokensOmitted: a request without max_tokens gets the context that
+// is left after its prompt (llama-server's and vLLM's default), also when
+// the server's context is smaller than any fixed default.
+func TestMaxTokensOmitted(t *testing.T) {
+	cfg := testConfig()
+	cfg.Model.Ctx = 24
+	cfg.Rollout.MaxTokens = 0 // the config's default
+	url, _, _ := startServer(t, cfg, Options{})
+	status, body := post(t, url+"/completions", map[string]any{"prompt": "Say 1:", "temperature": 1, "seed": 1, "n": 4, "logprobs": 0})
+	if status != 200 {
+		t.Fatalf("no max_tokens, ctx 24: %d %v", status, body)
+	}
+	prompt := int(body["usage"].(map[string]any)["prompt_tokens"].(float64))
+	cut := 0
+	for _, c := range body["choices"].([]any) {
+		ch := c.(map[string]any)
+		n := len(ch["logprobs"].(map[string]any)["tokens"].([]any))
+		if ch["finish_reason"] == "length" {
+			cut++
+			if n != 24-prompt {
+				t.Errorf("a completion cut at %d tokens; the context left after the %d-token prompt is %d", n, prompt, 24-prompt)
+			}
+		}
+	}
+	if cut == 0 {
+		t.Fatal("no completion reached the length limit: the test shows nothing")
 	}
 }
 

@@ -70,7 +70,7 @@ func samplingFlags() []cli.Flag {
 	setters[seed] = func(c *cli.Command, cfg *pipeline.Config) { cfg.Rollout.Seed = c.Uint64("seed") }
 	return []cli.Flag{
 		intOpt("group", []string{"G"}, "completions per prompt ([rollout] group)", func(c *pipeline.Config) *int { return &c.Rollout.Group }),
-		intOpt("max-tokens", []string{"n", "n-predict"}, "completion length limit in tokens ([rollout] max_tokens)", func(c *pipeline.Config) *int { return &c.Rollout.MaxTokens }),
+		intOpt("max-tokens", []string{"n", "n-predict"}, "completion length limit in tokens, 0 = the context left after the prompt ([rollout] max_tokens)", func(c *pipeline.Config) *int { return &c.Rollout.MaxTokens }),
 		floatOpt("temperature", []string{"temp"}, "sampling temperature, 0 = greedy ([rollout] temperature)", func(c *pipeline.Config) *float64 { return &c.Rollout.Temperature }),
 		floatOpt("top-p", nil, "nucleus sampling: 1 = off, 0 = the most likely token only, as in llama.cpp ([rollout] top_p)", func(c *pipeline.Config) *float64 { return &c.Rollout.TopP }),
 		intOpt("top-k", nil, "keep the K most likely tokens, 0 = off ([rollout] top_k)", func(c *pipeline.Config) *int { return &c.Rollout.TopK }),

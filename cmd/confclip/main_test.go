@@ -152,7 +152,7 @@ func TestHelpShowsConfigDefaults(t *testing.T) {
 		cmd  string
 		want []string
 	}{
-		{"rollout", []string{"--group int, -G int", "(default: 8)", "--max-tokens int, -n int, --n-predict int", "(default: 256)", "--temperature float, --temp float", "--ctx-size int, -c int, --ctx int", "(default: 2048)", "--gpu-layers int, --ngl int, --n-gpu-layers int", "--adapter FILE, --lora FILE", "--seed uint, -s uint", "--parallel int, --np int", "--chat-template", "--device", "--config FILE"}},
+		{"rollout", []string{"--group int, -G int", "(default: 8)", "--max-tokens int, -n int, --n-predict int", "0 = the context left", "(default: 0)", "--temperature float, --temp float", "--ctx-size int, -c int, --ctx int", "(default: 2048)", "--gpu-layers int, --ngl int, --n-gpu-layers int", "--adapter FILE, --lora FILE", "--seed uint, -s uint", "--parallel int, --np int", "--chat-template", "--device", "--config FILE"}},
 		{"score", []string{"--lambda float", "(default: 1)", "--lo float", "(default: 0.2)", "--hi float", "(default: 0.95)", "--format-pattern", "--timeout duration", "(default: 2s)", "--config FILE"}},
 		{"train", []string{"--lora-rank int", "(default: 8)", "--lr float", "(default: 0.0001)", "--micro-batch int", "(default: 0)", "--grad-clip float", "--adapter-in"}},
 		{"eval", []string{"--fail-under X", "--junit FILE", "--temp", "-ngl", "--config FILE"}},
@@ -242,6 +242,13 @@ func TestEvalJUnitAndFailures(t *testing.T) {
 	b, err := os.ReadFile(junit)
 	if err != nil || strings.Count(string(b), "<testcase ") != 3 || !strings.Contains(string(b), `errors="2"`) {
 		t.Fatalf("JUnit report: %v\n%s", err, b)
+	}
+	// Without -n a completion gets the context left after its prompt: a
+	// small -c is no reason to fail a prompt that fits.
+	short := filepath.Join(dir, "short.jsonl")
+	os.WriteFile(short, []byte(`{"id":"p0","prompt":"Say 0:","answer":"x"}`+"\n"), 0o644)
+	if code, out := runOut(t, "eval", "-m", model, "--data", short, "-c", "32", "--config", always, "--fail-under", "1"); code != 0 || !strings.Contains(out, "accuracy     1.0000") {
+		t.Errorf("eval -c 32 without -n: exit %d\n%s", code, out)
 	}
 	code, out = runOut(t, "eval", "-m", model, "--data", data, "-n", "3", "-c", "64", "--config", always, "--json")
 	if code != 0 || !strings.Contains(out, `"auroc": null`) || !strings.Contains(out, `"pass_at_k": null`) {
