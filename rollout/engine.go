@@ -34,7 +34,7 @@ import (
 
 // Options configure an Engine.
 type Options struct {
-	Group     int            // completions per prompt (G); 0 = 8
+	Group int // completions per prompt (G); 0 = 8
 	// MaxTokens is the completion length limit; 0 is the context that is
 	// left after the prompt (one sequence's context less the prompt's
 	// tokens), as in llama-server and vLLM.
