@@ -734,3 +734,72 @@ func TestClientPlain(t *testing.T) {
 		t.Fatalf("top_k with a plain client: %v", err)
 	}
 }
+
+// TestCompletionsStream: completions stream too (the openai client's
+// completions.create({stream: true})), and the events spell the text,
+// tokens and finish reasons of the same request without streaming.
+func TestCompletionsStream(t *testing.T) {
+	url, _, _ := startServer(t, testConfig(), Options{})
+	req := map[string]any{"prompt": "Say 4:", "max_tokens": 12, "seed": 3, "n": 2, "temperature": 1, "logprobs": 0, "stop": []string{"e"}}
+	_, whole := post(t, url+"/completions", req)
+	req["stream"] = true
+	b, _ := json.Marshal(req)
+	resp, err := http.Post(url+"/completions", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	texts, tokens, finish := map[int]string{}, map[int]int{}, map[int]string{}
+	done := false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			done = true
+			continue
+		}
+		var chunk struct {
+			Object  string `json:"object"`
+			Choices []struct {
+				Index    int     `json:"index"`
+				Text     string  `json:"text"`
+				Finish   *string `json:"finish_reason"`
+				Logprobs *struct {
+					Tokens []string `json:"tokens"`
+				} `json:"logprobs"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil || chunk.Object != "text_completion" {
+			t.Fatalf("event %s: %v", data, err)
+		}
+		for _, c := range chunk.Choices {
+			texts[c.Index] += c.Text
+			if c.Logprobs != nil {
+				tokens[c.Index] += len(c.Logprobs.Tokens)
+			}
+			if c.Finish != nil {
+				finish[c.Index] = *c.Finish
+			}
+		}
+	}
+	if !done {
+		t.Fatal("no [DONE]")
+	}
+	for _, c := range whole["choices"].([]any) {
+		ch := c.(map[string]any)
+		i := int(ch["index"].(float64))
+		n := len(ch["logprobs"].(map[string]any)["tokens"].([]any))
+		if texts[i] != ch["text"] || finish[i] != ch["finish_reason"] || tokens[i] != n {
+			t.Errorf("choice %d: streamed %q (%d tokens, %s), whole %q (%d tokens, %s)", i, texts[i], tokens[i], finish[i], ch["text"], n, ch["finish_reason"])
+		}
+	}
+	if status, body := post(t, url+"/completions", map[string]any{"prompt": []string{"a", "b"}, "stream": true}); status != 400 {
+		t.Errorf("a list of prompts streamed: %d %v", status, body)
+	}
+}
