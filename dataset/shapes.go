@@ -300,11 +300,9 @@ func (sh shape) prompt(r map[string]any, line int) (p Prompt, fromLine bool, err
 			p.Verifier = v
 		}
 	}
-	if meta, ok := r["meta"].(map[string]any); ok && sh.name == "confclip" {
-		p.Meta = meta
-	} else if sh.name != "confclip" {
-		p.Meta = extraFields(r, sh.m)
-	}
+	// Fields the shape does not map go under meta (verl's data_source and
+	// extra_info, a user's own), so that the exports can carry them.
+	p.Meta = extraFields(r, sh.m)
 	return p, fromLine, nil
 }
 
@@ -428,8 +426,11 @@ func extraFields(r map[string]any, m FieldMap) map[string]any {
 	used := map[string]bool{}
 	for _, p := range []string{m.ID, m.Prompt, m.Messages, m.Answer, m.Verifier} {
 		p, _, _ = strings.Cut(p, ":")
-		p, _, _ = strings.Cut(p, ".")
-		used[p] = true
+		// A field read in part (extra_info.index) is kept whole: verl's
+		// extra_info goes to the exports as given.
+		if !strings.Contains(p, ".") {
+			used[p] = true
+		}
 	}
 	if m.Answer == "" {
 		for _, k := range trlAnswers {
@@ -438,7 +439,7 @@ func extraFields(r map[string]any, m FieldMap) map[string]any {
 	}
 	var meta map[string]any
 	for k, v := range r {
-		if used[k] || k == "meta" {
+		if used[k] || k == "meta" || k == "schema" {
 			continue
 		}
 		if meta == nil {

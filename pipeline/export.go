@@ -164,6 +164,20 @@ func exportFormat(out, format string) (string, error) {
 
 func newProvenance(opts ExportOptions) (dataset.Provenance, error) {
 	p := dataset.Provenance{Adapter: opts.Adapter}
+	if opts.Model == "" {
+		// No model given: the rollout's provenance, which score keeps
+		// beside its output, says what made the completions.
+		if b, err := os.ReadFile(ProvenancePath(opts.In)); err == nil {
+			var rp RolloutProvenance
+			if err := json.Unmarshal(b, &rp); err != nil {
+				return p, fmt.Errorf("%s: %w", ProvenancePath(opts.In), err)
+			}
+			p.ModelSHA256 = rp.ModelSHA256
+			if p.Adapter == "" {
+				p.Adapter = rp.Adapter
+			}
+		}
+	}
 	if opts.Model != "" {
 		h, err := FileSHA256(opts.Model)
 		if err != nil {
@@ -273,6 +287,8 @@ func trainExample(rec *dataset.Scored, prov dataset.Provenance) (ex dataset.Trai
 		Prompt:         rec.Prompt,
 		Completion:     rec.Text,
 		Answer:         rec.Answer,
+		Messages:       rec.Messages,
+		Meta:           rec.Meta,
 	}, fromModel, nil
 }
 

@@ -212,6 +212,12 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 		if err := writeScored(opts.Out, out); err != nil {
 			return Summary{}, err
 		}
+		// The rollout's provenance goes along, for the export.
+		if b, err := os.ReadFile(ProvenancePath(opts.In)); err == nil {
+			if err := WriteFileAtomic(ProvenancePath(opts.Out), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+				return Summary{}, err
+			}
+		}
 	}
 	sum.Seconds = time.Since(start).Seconds()
 	return sum, nil

@@ -661,6 +661,7 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	text, offsets := q.text.finish()
 	rec := dataset.Rollout{
 		Schema: dataset.SchemaRollout, PromptID: g.p.ID, Prompt: g.rendered, Answer: g.p.Answer, Verifier: g.p.Verifier,
+		Messages: g.p.Messages, Meta: g.p.Meta,
 		Sample: q.sample, Seed: g.seed, PromptTokens: g.toks, Tokens: q.toks, Text: text,
 		Logprobs: q.lp, SamplingLogprobs: q.slp, Entropies: q.ent, Finish: finish, TokenOffsets: offsets,
 	}

@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/train"
 )
 
 // run runs the command line in this process and returns the exit status the
@@ -306,5 +308,39 @@ out = %q
 	code, out := runOut(t, "run", cfg, "--temp", "0.5", "--lora-rank", "4", "--resume", "--steps", "1")
 	if code != 1 || !strings.Contains(out, "has done 2 steps") {
 		t.Fatalf("run --resume --steps 1 after 2 steps: exit %d\n%s", code, out)
+	}
+}
+
+// TestAdapterExportBaseModel: --base-model sets PEFT's
+// base_model_name_or_path (what AutoPeftModelForCausalLM loads); without it
+// the GGUF's name stands in.
+func TestAdapterExportBaseModel(t *testing.T) {
+	dir := t.TempDir()
+	model, adapter := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "a.gguf")
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := llama.LoadModel(model, llama.ModelParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = train.CreateLoRA(m, adapter, train.LoRAConfig{Rank: 2, Alpha: 4, Seed: 1})
+	m.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ flag, want string }{{"Qwen/Qwen2.5-0.5B", `"base_model_name_or_path": "Qwen/Qwen2.5-0.5B"`}, {"", `"base_model_name_or_path": "`}} {
+		peft := filepath.Join(dir, "peft"+tc.flag[:min(len(tc.flag), 4)])
+		args := []string{"adapter", "export", "-m", model, "--adapter", adapter, "--peft", peft}
+		if tc.flag != "" {
+			args = append(args, "--base-model", tc.flag)
+		}
+		if code, out := runOut(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", args, code, out)
+		}
+		b, _ := os.ReadFile(filepath.Join(peft, "adapter_config.json"))
+		if !strings.Contains(string(b), tc.want) {
+			t.Errorf("--base-model %q: %s", tc.flag, b)
+		}
 	}
 }
