@@ -370,6 +370,11 @@ func (sh shape) answer(r map[string]any) (string, error) {
 func answerText(v any) (string, error) {
 	switch x := v.(type) {
 	case []any:
+		if len(x) > 0 {
+			if _, ok := x[0].(map[string]any); !ok {
+				return "", fmt.Errorf("a list of %ss: want text, a number, or a list of {role, content} messages", typeName(x[0]))
+			}
+		}
 		ms, err := messages(x)
 		if err != nil {
 			return "", err

@@ -105,6 +105,17 @@ func NewTruncated(name string, opts Options) (Verifier, error) {
 	return New(name, opts)
 }
 
+// NeedsReference reports whether the verifier registered under name
+// compares with a reference answer (math, exact, choice); format checks the
+// completion alone and command's checker may do without.
+func NeedsReference(name string) bool {
+	switch name {
+	case "math", "exact", "choice":
+		return true
+	}
+	return false
+}
+
 // Names lists the registered verifiers, sorted.
 func Names() []string {
 	names := make([]string, 0, len(registry))

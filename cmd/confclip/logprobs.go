@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -43,7 +41,7 @@ func logprobsCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	defer m.Close()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{

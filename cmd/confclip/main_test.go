@@ -344,3 +344,35 @@ func TestAdapterExportBaseModel(t *testing.T) {
 		}
 	}
 }
+
+// TestFailEarly: rollout refuses, before any compute, prompts without the
+// reference answer their verifier needs, naming the prompt file's lines
+// (--allow-no-answer samples them anyway); a reference of the wrong type
+// says which types are expected.
+func TestFailEarly(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "p.jsonl")
+	os.WriteFile(data, []byte(`{"id":"a","prompt":"Say 1:","answer":"1"}
+{"id":"b","prompt":"Say 2:"}
+`), 0o644)
+	out := filepath.Join(dir, "r.jsonl")
+	code, msg := runOut(t, "rollout", "-m", model, "--data", data, "--out", out, "-n", "2", "-G", "2", "-c", "32")
+	if code != 1 || !strings.Contains(msg, "p.jsonl:2: prompt \"b\" has no reference answer, which the math verifier needs") || !strings.Contains(msg, "--allow-no-answer") {
+		t.Errorf("a prompt without an answer: exit %d\n%s", code, msg)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("the refused rollout wrote its output")
+	}
+	if code, msg := runOut(t, "rollout", "-m", model, "--data", data, "--out", out, "-n", "2", "-G", "2", "-c", "32", "--allow-no-answer"); code != 0 {
+		t.Errorf("--allow-no-answer: exit %d\n%s", code, msg)
+	}
+	os.WriteFile(data, []byte(`{"id":"a","prompt":"Say 1:","answer":["5"]}`+"\n"), 0o644)
+	if code, msg := runOut(t, "rollout", "-m", model, "--data", data, "--out", filepath.Join(dir, "r2.jsonl")); code == 0 ||
+		!strings.Contains(msg, "answer: a list of strings: want text, a number, or a list of {role, content} messages") {
+		t.Errorf(`"answer": ["5"]: exit %d\n%s`, code, msg)
+	}
+}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -25,6 +23,7 @@ func init() {
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "rollout records `FILE` (JSONL); an existing one made the same way is resumed"},
 				&cli.BoolFlag{Name: "restart", Usage: "delete --out and start over instead of resuming it"},
 				&cli.BoolFlag{Name: "skip-bad", Usage: "skip malformed lines of --data, counting them, instead of stopping"},
+				&cli.BoolFlag{Name: "allow-no-answer", Usage: "sample prompts without a reference answer although the verifier needs one (scoring then refuses them)"},
 				&cli.BoolFlag{Name: "no-timing", Usage: "leave timing out of the records (the file then depends only on the inputs and options)"},
 			}, shardFlags(), endpointFlags()),
 			Action: rolloutCmd,
@@ -52,12 +51,12 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 		}
 		defer m.Close()
 	}
-	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	sctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.Rollout(sctx, m, pipeline.RolloutOptions{
 		Config: cfg, In: c.String("data"), Out: c.String("out"),
-		SkipBad: c.Bool("skip-bad"), NoTiming: c.Bool("no-timing"), Restart: c.Bool("restart"), Progress: r.event,
+		SkipBad: c.Bool("skip-bad"), AllowNoAnswer: c.Bool("allow-no-answer"), NoTiming: c.Bool("no-timing"), Restart: c.Bool("restart"), Progress: r.event,
 		Shard: shard, Source: source,
 	})
 	r.end()

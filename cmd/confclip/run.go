@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v3"
 
@@ -74,7 +72,7 @@ func runCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.Run(ctx, pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event})
@@ -101,7 +99,7 @@ func experimentCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.Experiment(ctx, cfg, r.event)

@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -66,7 +64,7 @@ func serveCmd(ctx context.Context, c *cli.Command) error {
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	fmt.Fprintf(c.Root().Writer, "serving %s on http://%s/v1\n", srv.ModelID(), ln.Addr())
-	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	sctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
