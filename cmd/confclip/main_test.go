@@ -376,3 +376,23 @@ func TestFailEarly(t *testing.T) {
 		t.Errorf(`"answer": ["5"]: exit %d\n%s`, code, msg)
 	}
 }
+
+// TestLicenses: version --licenses prints the project's MIT licence and the
+// notices of what the binary links, llama.cpp's (and ggml's) licence as laid
+// down from the pinned module and ollama's among them.
+func TestLicenses(t *testing.T) {
+	code, out := runOut(t, "version", "--licenses")
+	if code != 0 {
+		t.Fatalf("version --licenses: exit %d\n%s", code, out)
+	}
+	llamaLicense, err := os.ReadFile("../../third_party/llama.cpp/LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MIT License\n\nCopyright (c) 2026 The confclip authors", strings.TrimSpace(string(llamaLicense)),
+		"Copyright (c) 2023-2024 The ggml authors", "Copyright (c) Ollama", "llama.cpp (https://github.com/ggml-org/llama.cpp)", "ggml (https://github.com/ggml-org/ggml)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("version --licenses lacks %q", want)
+		}
+	}
+}
