@@ -126,6 +126,9 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	case ck != nil:
 		adapterPath = filepath.Join(dir, ck.Dir, ck.Adapter)
 		res.Resumed = ck.Step
+		note := fmt.Sprintf("resuming %s at step %d of %d (checkpoint %s)", dir, ck.Step+1, cfg.Run.Steps, ck.Dir)
+		fmt.Fprintln(logw, note)
+		emit(o.Progress, RunNote{Text: note})
 	case cfg.Model.Adapter != "":
 		adapterPath = cfg.Model.Adapter
 	default:
@@ -189,6 +192,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if start == 0 && greedy != nil {
 		ev, err := reuseBefore(o.BeforeFrom, dir, cfg)
 		if ev == nil && err == nil {
+			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %d prompts (%s), before training", len(evalPrompts), cfg.Data.Eval)})
 			ev, err = evaluate(0)
 		}
 		if err != nil {

@@ -305,9 +305,13 @@ out = %q
 			t.Errorf("verify --strict=%s: exit %d\n%s", strict, code, out)
 		}
 	}
-	code, out := runOut(t, "run", cfg, "--temp", "0.5", "--lora-rank", "4", "--resume", "--steps", "1")
-	if code != 1 || !strings.Contains(out, "has done 2 steps") {
-		t.Fatalf("run --resume --steps 1 after 2 steps: exit %d\n%s", code, out)
+	code, out := runOut(t, "run", cfg, "--temp", "0.5", "--lora-rank", "4", "--resume", "--steps", "3")
+	if code != 0 || !strings.Contains(out, "resuming "+filepath.Join(dir, "run")+" at step 3 of 3") {
+		t.Errorf("run --resume --steps 3 after 2 steps: exit %d, no resume line\n%s", code, out)
+	}
+	code, out = runOut(t, "run", cfg, "--temp", "0.5", "--lora-rank", "4", "--resume", "--steps", "1")
+	if code != 1 || !strings.Contains(out, "has done 3 steps") {
+		t.Fatalf("run --resume --steps 1 after 3 steps: exit %d\n%s", code, out)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v3"
 
@@ -74,7 +73,7 @@ func runCmd(ctx context.Context, c *cli.Command) error {
 	}
 	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
-	r := newRenderer(os.Stderr)
+	r := newRenderer(c.Root().ErrWriter)
 	res, err := pipeline.Run(ctx, pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event})
 	r.end()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -101,7 +100,7 @@ func experimentCmd(ctx context.Context, c *cli.Command) error {
 	}
 	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
-	r := newRenderer(os.Stderr)
+	r := newRenderer(c.Root().ErrWriter)
 	res, err := pipeline.Experiment(ctx, cfg, r.event)
 	r.end()
 	if err != nil {
