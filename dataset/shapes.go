@@ -229,7 +229,7 @@ func chooseShape(path string, first map[string]any, m FieldMap) (shape, error) {
 		cands = append(cands, fmt.Sprintf("%s (%s)", s.name, s.needs))
 	}
 	return shape{}, fmt.Errorf("%s: the first record's fields [%s] fit no known prompt shape; the shapes are: %s; "+
-		"or name the fields with --map prompt=FIELD,answer=FIELD (or [data.map] in the config)",
+		"or name the fields with --map prompt=FIELD,answer=FIELD (or map = \"...\" under [data] in the config)",
 		path, fieldList(first), strings.Join(cands, "; "))
 }
 

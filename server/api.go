@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/confclip/confclip/dataset"
@@ -220,6 +221,11 @@ func decode(r *http.Request, limit int64, v any) *apiError {
 			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 				Message: fmt.Sprintf("request body over %d bytes", limit)}
 		}
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Field != "" { // in the API's words, not Go's type names
+			field := strings.TrimPrefix(ute.Field, "sampling.")
+			return badRequest(field, "%s: a JSON %s, want %s", field, ute.Value, jsonTypeName(ute.Type.Kind()))
+		}
 		return badRequest("", "malformed JSON body: %v", err)
 	}
 	return nil
@@ -314,4 +320,21 @@ func finite(x float64) float64 {
 		return math.MaxFloat64
 	}
 	return x
+}
+
+// jsonTypeName names the JSON type a Go kind decodes from.
+func jsonTypeName(k reflect.Kind) string {
+	switch k {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	}
+	return "an object"
 }

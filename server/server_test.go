@@ -211,6 +211,7 @@ func TestBadRequests(t *testing.T) {
 		{"image part", "/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "image_url"}}}}}, 400, "only text"},
 		{"frequency_penalty", "/completions", map[string]any{"prompt": "a", "frequency_penalty": 0.5}, 400, "frequency_penalty = 0.5: not supported"},
 		{"presence_penalty", "/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "a"}}, "presence_penalty": -1}, 400, "presence_penalty = -1: not supported"},
+		{"n of the wrong type", "/completions", map[string]any{"prompt": "a", "n": "2"}, 400, "n: a JSON string, want an integer"},
 		{"unknown path", "/embeddings", map[string]any{"input": "a"}, 404, "no endpoint"},
 	} {
 		status, body := post(t, url+c.path, c.body)

@@ -71,8 +71,12 @@ func newApp() *cli.Command {
 func usageError(_ context.Context, c *cli.Command, err error, _ bool) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		bare := strings.TrimLeft(name, "-")
+		if len(bare) > 1 { // the flag as it was typed: --name, not Go's -name
+			msg = "flag provided but not defined: --" + bare
+		}
 		flags := append(append([]cli.Flag{}, c.Flags...), c.Root().Flags...)
-		if s := cli.SuggestFlag(flags, strings.TrimLeft(name, "-"), true); s != "" {
+		if s := cli.SuggestFlag(flags, bare, true); s != "" {
 			msg += fmt.Sprintf(" (did you mean %s?)", s)
 		}
 	}

@@ -193,7 +193,7 @@ func TestCommandLineHabits(t *testing.T) {
 	if code, out := runOut(t, "tokenize", "ab", "--config", cfg); code != 0 || strings.Count(out, "\n") < 2 {
 		t.Errorf("tokenize TEXT --config C: exit %d\n%s", code, out)
 	}
-	if code, out := runOut(t, "rollout", "--tmep", "1"); code != 2 || !strings.Contains(out, "did you mean --temp?") {
+	if code, out := runOut(t, "rollout", "--tmep", "1"); code != 2 || !strings.Contains(out, "not defined: --tmep (did you mean --temp?)") {
 		t.Errorf("an unknown flag: exit %d: %s", code, out)
 	}
 	if code, out := runOut(t, "rolout"); code != 2 || !strings.Contains(out, `did you mean "rollout"?`) {

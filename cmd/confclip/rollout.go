@@ -68,15 +68,15 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 		fmt.Fprintf(w, "resumed %s: %d of %d prompts were already complete\n", res.Out, res.AlreadyDone, res.Prompts)
 	}
 	if res.Groups > 0 || err == nil {
-		fmt.Fprintf(w, "%d groups (%d completions, %d tokens) written to %s in %s: %.1f tokens/s; %d prompt tokens decoded\n",
-			res.Groups, res.Records, res.Tokens, res.Out, res.Elapsed.Round(time.Millisecond), res.TokensPerSecond(), res.PromptTokens)
+		fmt.Fprintf(w, "%s (%s, %d tokens) written to %s in %s: %.1f tokens/s; %d prompt tokens decoded\n",
+			count(res.Groups, "group"), count(res.Records, "completion"), res.Tokens, res.Out, res.Elapsed.Round(time.Millisecond), res.TokensPerSecond(), res.PromptTokens)
 		fmt.Fprintf(w, "%s holds %d complete groups, made with %s\n", res.Out, res.FileGroups, res.Provenance)
 	}
 	if len(res.Skipped) > 0 {
-		fmt.Fprintf(w, "%d malformed lines skipped (first: %s)\n", len(res.Skipped), res.Skipped[0])
+		fmt.Fprintf(w, "%s skipped (first: %s)\n", count(len(res.Skipped), "malformed line"), res.Skipped[0])
 	}
 	if len(res.Failed) > 0 {
-		fmt.Fprintf(w, "%d prompts not generated:\n", len(res.Failed))
+		fmt.Fprintf(w, "%s not generated:\n", count(len(res.Failed), "prompt"))
 		for _, f := range res.Failed {
 			fmt.Fprintf(w, "  %s\n", f)
 		}
