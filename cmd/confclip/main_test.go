@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -397,6 +398,18 @@ func TestLicenses(t *testing.T) {
 		"Copyright (c) 2023-2024 The ggml authors", "Copyright (c) Ollama", "llama.cpp (https://github.com/ggml-org/llama.cpp)", "ggml (https://github.com/ggml-org/ggml)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("version --licenses lacks %q", want)
+		}
+	}
+	// Every patch to llama.cpp or ggml says in its header whose MIT code it modifies.
+	patches, _ := filepath.Glob("../../third_party/patches/*.patch")
+	if len(patches) == 0 {
+		t.Fatal("no patches found")
+	}
+	for _, p := range patches {
+		b, _ := os.ReadFile(p)
+		head, _, _ := strings.Cut(string(b), "\n--- a/")
+		if !regexp.MustCompile(`Licence: this patch modifies (llama\.cpp|ggml)[^\n]*MIT licence`).MatchString(head) {
+			t.Errorf("%s: the header does not name the upstream licence", filepath.Base(p))
 		}
 	}
 }
