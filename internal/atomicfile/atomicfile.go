@@ -3,8 +3,10 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -15,6 +17,11 @@ import (
 func Write(path string, write func(io.Writer) error) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
+		// Name the file the user asked for, not the temporary one.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = &fs.PathError{Op: "create", Path: path, Err: pe.Err}
+		}
 		return err
 	}
 	if err = write(tmp); err == nil {

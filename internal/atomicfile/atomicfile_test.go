@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -39,5 +40,15 @@ func TestWrite(t *testing.T) {
 	}
 	if err := WriteBytes(filepath.Join(dir, "no", "such", "dir"), nil); err == nil {
 		t.Fatal("a write into a missing folder succeeded")
+	}
+}
+
+// TestWriteNamesThePath: a folder that does not exist is reported with the
+// file asked for, not the temporary file's name.
+func TestWriteNamesThePath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "no-such-dir", "report.xml")
+	err := Write(path, func(w io.Writer) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), path) || strings.Contains(err.Error(), ".tmp-") {
+		t.Errorf("err = %v, want one naming %s", err, path)
 	}
 }
