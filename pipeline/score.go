@@ -784,8 +784,11 @@ func (s Summary) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "verifier %s, confidence %s over %s (%d fallbacks), advantage %s\n",
 		s.Verifier, s.ConfidenceEstimator, s.ConfidenceScope, s.ScopeFallbacks, s.Advantage)
 	o := s.Outcomes
-	fmt.Fprintf(tw, "accuracy %.4f  pass@1 %.4f  pass@%d %.4f  mean tokens right %.1f / wrong %.1f\n\n",
-		o.Accuracy, o.PassAt1, o.G, o.PassAtG, o.MeanTokensRight, o.MeanTokensWrong)
+	tokens := fmt.Sprintf("mean tokens right %.1f / wrong %.1f", o.MeanTokensRight, o.MeanTokensWrong)
+	if o.MeanTokensRight == 0 && o.MeanTokensWrong == 0 {
+		tokens = "mean tokens: none counted (text-only records)"
+	}
+	fmt.Fprintf(tw, "accuracy %.4f  pass@1 %.4f  pass@%d %.4f  %s\n\n", o.Accuracy, o.PassAt1, o.G, o.PassAtG, tokens)
 	fmt.Fprintf(tw, "\tbinary baseline\t%s (chosen)\n", s.Reward.Method)
 	pct := func(st confclip.RewardStats) string {
 		return fmt.Sprintf("%d/%d (%.1f%%)", st.ZeroStdGroups, st.Groups, 100*st.ZeroStdFraction)

@@ -212,6 +212,11 @@ func TestScoreTextOnly(t *testing.T) {
 	if got := readScored(t, o.Out); got[0].ConfidenceScope != "none (no log-probs)" || got[0].Advantage <= 0 {
 		t.Errorf("scored = %+v", got[0])
 	}
+	var table strings.Builder
+	sum.WriteTable(&table)
+	if !strings.Contains(table.String(), "mean tokens: none counted (text-only records)") {
+		t.Errorf("text-only records: the table shows token means:\n%s", table.String())
+	}
 
 	// ConfClip without a model names the first record.
 	o = testOptions(in, filepath.Join(dir, "confclip.jsonl"))
