@@ -442,9 +442,14 @@ func (p RolloutProvenance) String() string {
 	for i, x := range s.Stop {
 		stops[i] = fmt.Sprintf("%q", x)
 	}
-	return fmt.Sprintf("model sha256 %s, %s; group %d, max_tokens %d, temperature %g, top_p %g, top_k %d, min_p %g, seed %d, stop [%s], chat %v, ctx %d, timing %v",
+	// Messages always go through the chat template; --chat decides for plain prompts.
+	chat := "chat template for messages only"
+	if s.Chat {
+		chat = "chat template for every prompt"
+	}
+	return fmt.Sprintf("model sha256 %s, %s; group %d, max_tokens %d, temperature %g, top_p %g, top_k %d, min_p %g, seed %d, stop [%s], %s, ctx %d, timing %v",
 		p.ModelSHA256[:min(12, len(p.ModelSHA256))], adapter, s.Group, s.MaxTokens, s.Temperature, s.TopP, s.TopK, s.MinP, s.Seed,
-		strings.Join(stops, " "), s.Chat, s.Ctx, s.Timing)
+		strings.Join(stops, " "), chat, s.Ctx, s.Timing)
 }
 
 // checkAnswers refuses prompts without a reference answer whose verifier

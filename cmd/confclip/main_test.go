@@ -372,7 +372,8 @@ func TestFailEarly(t *testing.T) {
 	if _, err := os.Stat(out); err == nil {
 		t.Error("the refused rollout wrote its output")
 	}
-	if code, msg := runOut(t, "rollout", "-m", model, "--data", data, "--out", out, "-n", "2", "-G", "2", "-c", "32", "--allow-no-answer"); code != 0 {
+	if code, msg := runOut(t, "rollout", "-m", model, "--data", data, "--out", out, "-n", "2", "-G", "2", "-c", "32", "--allow-no-answer"); code != 0 ||
+		!strings.Contains(msg, "chat template for messages only") || !strings.Contains(msg, "2 groups (4 completions") {
 		t.Errorf("--allow-no-answer: exit %d\n%s", code, msg)
 	}
 	os.WriteFile(data, []byte(`{"id":"a","prompt":"Say 1:","answer":["5"]}`+"\n"), 0o644)
