@@ -85,8 +85,8 @@ func TestInspectBadFiles(t *testing.T) {
 	}
 	bad := filepath.Join(dir, "bad.toml")
 	os.WriteFile(bad, []byte("[rollout]\ntemprature = 1\n"), 0o644)
-	if got := run(t, "--config", bad, "inspect", model); got != 1 {
-		t.Errorf("an unknown config key: exit %d, want 1", got)
+	if got := run(t, "--config", bad, "inspect", model); got != 2 {
+		t.Errorf("an unknown config key: exit %d, want 2 (a usage error)", got)
 	}
 }
 
