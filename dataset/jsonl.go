@@ -166,11 +166,10 @@ func Create(path string) (*Writer, error) {
 
 // Write appends one record as one line.
 func (w *Writer) Write(v any) error {
-	b, err := json.Marshal(v)
+	b, err := line(v)
 	if err != nil {
 		return fmt.Errorf("%s: encoding record %d: %w", w.path, w.n+1, err)
 	}
-	b = append(b, '\n')
 	if _, err := w.bw.Write(b); err != nil {
 		return fmt.Errorf("%s: %w", w.path, err)
 	}
@@ -217,11 +216,11 @@ func OpenAppend(path string) (*Appender, error) {
 
 // Write appends one record as one line.
 func (a *Appender) Write(v any) error {
-	b, err := json.Marshal(v)
+	b, err := line(v)
 	if err != nil {
 		return fmt.Errorf("%s: %w", a.path, err)
 	}
-	return a.write(append(b, '\n'))
+	return a.write(b)
 }
 
 // write appends b in one write(2). A short write (a full disk, a file size
@@ -249,14 +248,26 @@ func (a *Appender) write(b []byte) error {
 func (a *Appender) WriteLines(vs []any) error {
 	var buf bytes.Buffer
 	for _, v := range vs {
-		b, err := json.Marshal(v)
+		b, err := line(v)
 		if err != nil {
 			return fmt.Errorf("%s: %w", a.path, err)
 		}
 		buf.Write(b)
-		buf.WriteByte('\n')
 	}
 	return a.write(buf.Bytes())
+}
+
+// line encodes one record as a JSON line. Text stays as written: `<`, `>`
+// and `&` are not escaped to \u003c and the like (HTML escaping is for
+// JSON embedded in HTML; prompts and completions hold such characters).
+func line(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // Close closes the file.

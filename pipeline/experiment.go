@@ -114,6 +114,7 @@ func Experiment(ctx context.Context, cfg Config, progress func(Event)) (Experime
 	if progress == nil {
 		progress = func(Event) {}
 	}
+	cfg = TrainingDefaults(cfg)
 	res := ExperimentResult{Dir: cfg.Run.Out}
 	if len(cfg.Experiment.Arms) == 0 || len(cfg.Experiment.Seeds) == 0 {
 		return res, errors.New("experiment: no arms or no seeds ([experiment] arms, seeds)")

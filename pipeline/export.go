@@ -79,9 +79,9 @@ type ExportSummary struct {
 // input order (dataset.TrainExample): the prompt and completion token ids, a
 // completion mask of ones, the sequence's advantage and its per-token
 // broadcast, the sampling log-probs as old_logprobs, the reward, and the
-// provenance. Advantages are used as scoring left them: a completion that
-// scoring masked (advantage.mask_truncated) keeps its tokens in the mask with
-// advantage 0.
+// provenance. Advantages are used as scoring left them; with
+// MaskTruncated a completion stopped on the length limit (advantage 0 from
+// scoring) gets a mask of zeros.
 //
 // A record without completion or prompt tokens is an error that names its
 // file and line: completions produced elsewhere need teacher forcing while
@@ -168,6 +168,20 @@ func exportFormat(out, format string) (string, error) {
 
 func newProvenance(opts ExportOptions) (dataset.Provenance, error) {
 	p := dataset.Provenance{Adapter: opts.Adapter}
+	if opts.Model == "" {
+		// No model given: the rollout's provenance, which score keeps
+		// beside its output, says what made the completions.
+		if b, err := os.ReadFile(ProvenancePath(opts.In)); err == nil {
+			var rp RolloutProvenance
+			if err := json.Unmarshal(b, &rp); err != nil {
+				return p, fmt.Errorf("%s: %w", ProvenancePath(opts.In), err)
+			}
+			p.ModelSHA256 = rp.ModelSHA256
+			if p.Adapter == "" {
+				p.Adapter = rp.Adapter
+			}
+		}
+	}
 	if opts.Model != "" {
 		h, err := FileSHA256(opts.Model)
 		if err != nil {
@@ -277,6 +291,8 @@ func trainExample(rec *dataset.Scored, prov dataset.Provenance) (ex dataset.Trai
 		Prompt:         rec.Prompt,
 		Completion:     rec.Text,
 		Answer:         rec.Answer,
+		Messages:       rec.Messages,
+		Meta:           rec.Meta,
 	}, fromModel, nil
 }
 

@@ -32,10 +32,14 @@ const (
 // old_per_token_logps) and of its datasets (prompt, completion; solution for
 // its accuracy reward; label for KTO).
 type trlRow struct {
-	Schema           string    `json:"schema" parquet:"schema"`
-	PromptID         string    `json:"prompt_id" parquet:"prompt_id"`
-	Sample           int       `json:"sample" parquet:"sample"`
-	Prompt           string    `json:"prompt" parquet:"prompt"`
+	Schema   string `json:"schema" parquet:"schema"`
+	PromptID string `json:"prompt_id" parquet:"prompt_id"`
+	Sample   int    `json:"sample" parquet:"sample"`
+	// Prompt is the prompt as the user gave it in JSONL: the messages of a
+	// conversational prompt (TRL's conversational format), else the text;
+	// PromptText, the rendered text, is Parquet's prompt column.
+	Prompt           any       `json:"prompt" parquet:"-"`
+	PromptText       string    `json:"-" parquet:"prompt"`
 	Completion       string    `json:"completion" parquet:"completion"`
 	Solution         string    `json:"solution" parquet:"solution"`
 	Label            bool      `json:"label" parquet:"label"`
@@ -64,6 +68,7 @@ type verlRow struct {
 	UID               string          `json:"uid" parquet:"uid"`
 	Sample            int             `json:"sample" parquet:"sample"`
 	DataSource        string          `json:"data_source" parquet:"data_source"`
+	ExtraInfo         map[string]any  `json:"extra_info,omitempty" parquet:"-"` // the prompt's, in JSONL
 	Prompt            string          `json:"prompt" parquet:"prompt"`
 	Response          string          `json:"response" parquet:"response"`
 	RewardModel       verlRewardModel `json:"reward_model" parquet:"reward_model"`
@@ -81,7 +86,11 @@ type verlRow struct {
 }
 
 func toTRL(ex dataset.TrainExample, correct bool) trlRow {
-	return trlRow{Schema: SchemaTrainTRL, PromptID: ex.PromptID, Sample: ex.Sample, Prompt: ex.Prompt, Completion: ex.Completion,
+	var prompt any = ex.Prompt
+	if len(ex.Messages) > 0 {
+		prompt = ex.Messages
+	}
+	return trlRow{Schema: SchemaTrainTRL, PromptID: ex.PromptID, Sample: ex.Sample, Prompt: prompt, PromptText: ex.Prompt, Completion: ex.Completion,
 		Solution: ex.Answer, Label: correct, PromptIDs: ex.PromptIDs, CompletionIDs: ex.CompletionIDs, CompletionMask: ex.CompletionMask,
 		Advantages: ex.Advantage, OldPerTokenLogps: ex.OldLogprobs, Reward: ex.Reward}
 }
@@ -98,7 +107,13 @@ func toVerl(ex dataset.TrainExample) verlRow {
 	if n > 0 {
 		scores[n-1] = ex.Reward
 	}
-	return verlRow{Schema: SchemaTrainVerl, UID: ex.PromptID, Sample: ex.Sample, DataSource: "confclip",
+	// verl picks its reward function by data_source: the user's is kept.
+	source := "confclip"
+	if s, ok := ex.Meta["data_source"].(string); ok && s != "" {
+		source = s
+	}
+	extra, _ := ex.Meta["extra_info"].(map[string]any)
+	return verlRow{Schema: SchemaTrainVerl, UID: ex.PromptID, Sample: ex.Sample, DataSource: source, ExtraInfo: extra,
 		Prompt: ex.Prompt, Response: ex.Completion, RewardModel: verlRewardModel{GroundTruth: ex.Answer, Style: "rule"},
 		Prompts: ex.PromptIDs, Responses: ex.CompletionIDs, ResponseMask: ex.CompletionMask, InputIDs: ids, AttentionMask: attn,
 		PositionIDs: pos, OldLogProbs: ex.OldLogprobs, Advantages: ex.Advantages, Returns: ex.Advantages,

@@ -80,7 +80,7 @@ type RunResult struct {
 // evaluation on the held-out prompts; metrics, plots and a checkpoint after
 // every step.
 func Run(ctx context.Context, o RunOptions) (RunResult, error) {
-	cfg := o.Config
+	cfg := TrainingDefaults(o.Config)
 	logw := o.Log
 	if logw == nil {
 		logw = io.Discard
@@ -126,6 +126,9 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	case ck != nil:
 		adapterPath = filepath.Join(dir, ck.Dir, ck.Adapter)
 		res.Resumed = ck.Step
+		note := fmt.Sprintf("resuming %s at step %d of %d (checkpoint %s)", dir, ck.Step+1, cfg.Run.Steps, ck.Dir)
+		fmt.Fprintln(logw, note)
+		emit(o.Progress, RunNote{Text: note})
 	case cfg.Model.Adapter != "":
 		adapterPath = cfg.Model.Adapter
 	default:
@@ -189,6 +192,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if start == 0 && greedy != nil {
 		ev, err := reuseBefore(o.BeforeFrom, dir, cfg)
 		if ev == nil && err == nil {
+			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %d prompts (%s), before training", len(evalPrompts), cfg.Data.Eval)})
 			ev, err = evaluate(0)
 		}
 		if err != nil {
@@ -528,23 +532,27 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 		if len(diff) > 0 {
 			return nil, fmt.Errorf("%s: the run was started with another configuration (%s): %v; resume with the same one", dir, cfgPath, diff)
 		}
+		var ck *Checkpoint
+		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
+		switch {
+		case errors.Is(err, os.ErrNotExist): // killed before its first checkpoint: start over
+		case err != nil:
+			return nil, err
+		default:
+			ck = new(Checkpoint)
+			if err := json.Unmarshal(b, ck); err != nil {
+				return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CheckpointFile), err)
+			}
+			if ck.Step > cfg.Run.Steps {
+				return nil, fmt.Errorf("%s: the run has done %d steps, more than run.steps = %d: to extend it, resume with more steps (--steps %d or more)", dir, ck.Step, cfg.Run.Steps, ck.Step+1)
+			}
+		}
 		if !bytes.Equal(old, buf.Bytes()) { // more steps: the folder says so
 			if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 				return nil, err
 			}
 		}
-		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil // killed before its first checkpoint: start over
-		}
-		if err != nil {
-			return nil, err
-		}
-		var ck Checkpoint
-		if err := json.Unmarshal(b, &ck); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CheckpointFile), err)
-		}
-		return &ck, nil
+		return ck, nil
 	case errors.Is(err, os.ErrNotExist) && resume:
 		return nil, fmt.Errorf("%s: nothing to resume (no %s)", dir, RunConfigFile)
 	case err != nil && !errors.Is(err, os.ErrNotExist):

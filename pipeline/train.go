@@ -20,10 +20,19 @@ import (
 func TrainerConfig(cfg Config) train.Config {
 	t := cfg.Train
 	return train.Config{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay,
-		GradClip: t.GradClip, LossAgg: t.LossAgg, MaxTokens: cfg.Rollout.MaxTokens,
+		GradClip: t.GradClip, LossAgg: t.LossAgg, MaxTokens: maxCompletion(cfg),
 		MicroBatchTokens: t.MicroBatch, Threads: cfg.Model.Threads,
 		Iterations: t.Iterations, EpsLow: t.Epsilon, EpsHigh: t.EpsilonHigh, Beta: t.Beta,
 		Schedule: t.Schedule, WarmupSteps: t.WarmupSteps, TotalSteps: cfg.Run.Steps * max(t.Iterations, 1)}
+}
+
+// maxCompletion is the longest a completion can be: rollout.max_tokens, or
+// with 0 (the context left after the prompt) the context itself.
+func maxCompletion(cfg Config) int {
+	if cfg.Rollout.MaxTokens > 0 {
+		return cfg.Rollout.MaxTokens
+	}
+	return cfg.Model.Ctx
 }
 
 // LoRAConfig maps the [train] table onto a new adapter's settings.

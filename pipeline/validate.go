@@ -107,7 +107,7 @@ func (c Config) Validate() error {
 	atLeast("rollout.group", r.Group, 1, "want at least 1 completion per prompt")
 	atMost("rollout.group", r.Group, maxGroup)
 	atMost("rollout.parallel", r.Parallel, maxGroup)
-	atLeast("rollout.max_tokens", r.MaxTokens, 1, "want a completion length limit of at least 1 token")
+	atLeast("rollout.max_tokens", r.MaxTokens, 0, "want a completion length limit of at least 1 token, or 0 for the context left after the prompt")
 	inRange("rollout.temperature", r.Temperature, 0, math.MaxFloat64, "want 0 (greedy) or more")
 	if finite("rollout.top_p", r.TopP) && (r.TopP <= 0 || r.TopP > 1) {
 		bad("rollout.top_p", "%v: want a value in (0, 1]", r.TopP)

@@ -34,8 +34,11 @@ import (
 
 // Options configure an Engine.
 type Options struct {
-	Group     int            // completions per prompt (G); 0 = 8
-	MaxTokens int            // completion length limit; 0 = 256
+	Group int // completions per prompt (G); 0 = 8
+	// MaxTokens is the completion length limit; 0 is the context that is
+	// left after the prompt (one sequence's context less the prompt's
+	// tokens), as in llama-server and vLLM.
+	MaxTokens int
 	Sampling  sampler.Params // temperature 0 = greedy
 	Seed      uint64         // base seed of every sequence's RNG
 	Parallel  int            // sequences in flight; 0 = max(G, 16)
@@ -70,9 +73,6 @@ type Options struct {
 func (o *Options) defaults() error {
 	if o.Group == 0 {
 		o.Group = 8
-	}
-	if o.MaxTokens == 0 {
-		o.MaxTokens = 256
 	}
 	if o.Parallel == 0 {
 		o.Parallel = max(o.Group, 16)
@@ -355,6 +355,23 @@ func (e *Engine) maxPiece() int {
 	return e.maxPieceLen
 }
 
+// fit checks that the group's prompt and completions fit a sequence's
+// limit of tokens, giving a group without a length limit (max tokens 0)
+// the context that is left; it returns why not, or "".
+func (g *group) fit(limit int) string {
+	if g.maxTokens == 0 {
+		if len(g.toks) >= limit {
+			return fmt.Sprintf("prompt of %d tokens leaves no room for a completion in the %d-token context of one sequence", len(g.toks), limit)
+		}
+		g.maxTokens = limit - len(g.toks)
+		return ""
+	}
+	if n := len(g.toks) + g.maxTokens; n > limit {
+		return fmt.Sprintf("prompt of %d tokens + %d max tokens does not fit the %d-token context of one sequence", len(g.toks), g.maxTokens, limit)
+	}
+	return ""
+}
+
 // render is the text the model sees for a prompt: the raw prompt, or the
 // messages (or the prompt as one user message, with Options.Chat) through the
 // chat template. Special-token text is parsed as special tokens only in
@@ -418,9 +435,8 @@ func (e *Engine) Generate(ctx context.Context, prompts []dataset.Prompt, emit fu
 	}
 	gs := all[:0]
 	for _, g := range all {
-		if n := len(g.toks) + g.maxTokens; n > limit {
-			st.Errors = append(st.Errors, RecordError{Index: g.index, ID: g.p.ID, Reason: fmt.Sprintf(
-				"prompt of %d tokens + %d max tokens does not fit the %d-token context of one sequence", len(g.toks), e.o.MaxTokens, limit)})
+		if reason := g.fit(limit); reason != "" {
+			st.Errors = append(st.Errors, RecordError{Index: g.index, ID: g.p.ID, Reason: reason})
 			continue
 		}
 		gs = append(gs, g)
@@ -431,7 +447,7 @@ func (e *Engine) Generate(ctx context.Context, prompts []dataset.Prompt, emit fu
 	if e.o.NCtx == 0 {
 		longest := 0
 		for _, g := range gs {
-			longest = max(longest, len(g.toks)+e.o.MaxTokens)
+			longest = max(longest, len(g.toks)+g.maxTokens)
 		}
 		perSeq = (longest + 63) / 64 * 64 // rounded, so similar calls reuse the context
 		if err := e.ensureContext(e.o.Parallel * perSeq); err != nil {
@@ -671,6 +687,7 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	text, offsets := q.text.finish()
 	rec := dataset.Rollout{
 		Schema: dataset.SchemaRollout, PromptID: g.p.ID, Prompt: g.rendered, Answer: g.p.Answer, Verifier: g.p.Verifier,
+		Messages: g.p.Messages, Meta: g.p.Meta,
 		Sample: q.sample, Seed: g.seed, PromptTokens: g.toks, Tokens: q.toks, Text: text,
 		Logprobs: q.lp, SamplingLogprobs: q.slp, Entropies: q.ent, Finish: finish, TokenOffsets: offsets,
 	}

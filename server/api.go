@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/confclip/confclip/dataset"
@@ -29,6 +30,10 @@ type sampling struct {
 	Stop        json.RawMessage `json:"stop"` // a string or a list
 	Seed        *uint64         `json:"seed"`
 	Stream      bool            `json:"stream"`
+	// The sampler has no penalties: a value other than 0 is refused, never
+	// silently ignored.
+	FrequencyPenalty *float64 `json:"frequency_penalty"`
+	PresencePenalty  *float64 `json:"presence_penalty"`
 	// PromptID keys the random streams (seed, prompt id, sample) as a
 	// confclip rollout does; the client sends it so that the server's
 	// samples are those of a local rollout.
@@ -137,6 +142,14 @@ func (s sampling) check(o *Options) *apiError {
 	if p := s.MinP; p != nil && !(*p >= 0 && *p <= 1) {
 		return badRequest("min_p", "min_p = %v: want a value in [0, 1]", *p)
 	}
+	for _, p := range []struct {
+		name string
+		v    *float64
+	}{{"frequency_penalty", s.FrequencyPenalty}, {"presence_penalty", s.PresencePenalty}} {
+		if p.v != nil && *p.v != 0 {
+			return badRequest(p.name, "%s = %v: not supported (the sampler has no penalties); leave it out or send 0", p.name, *p.v)
+		}
+	}
 	if m := s.MaxTokens; m != nil && *m < 1 {
 		return badRequest("max_tokens", "max_tokens = %d: want 1 or more", *m)
 	}
@@ -207,6 +220,11 @@ func decode(r *http.Request, limit int64, v any) *apiError {
 		if errors.As(err, &mbe) {
 			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 				Message: fmt.Sprintf("request body over %d bytes", limit)}
+		}
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Field != "" { // in the API's words, not Go's type names
+			field := strings.TrimPrefix(ute.Field, "sampling.")
+			return badRequest(field, "%s: a JSON %s, want %s", field, ute.Value, jsonTypeName(ute.Type.Kind()))
 		}
 		return badRequest("", "malformed JSON body: %v", err)
 	}
@@ -302,4 +320,21 @@ func finite(x float64) float64 {
 		return math.MaxFloat64
 	}
 	return x
+}
+
+// jsonTypeName names the JSON type a Go kind decodes from.
+func jsonTypeName(k reflect.Kind) string {
+	switch k {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	}
+	return "an object"
 }

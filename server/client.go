@@ -165,7 +165,10 @@ func (e requestError) Error() string { return e.msg }
 // group asks for one prompt's samples.
 func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prompt) ([]dataset.Rollout, int, error) {
 	r := cfg.Rollout
-	body := map[string]any{"model": c.ModelName, "n": r.Group, "max_tokens": r.MaxTokens, "temperature": r.Temperature, "seed": r.Seed}
+	body := map[string]any{"model": c.ModelName, "n": r.Group, "temperature": r.Temperature, "seed": r.Seed}
+	if r.MaxTokens > 0 { // else the server's default: the context left
+		body["max_tokens"] = r.MaxTokens
+	}
 	if !c.Plain {
 		body["prompt_id"], body["return_tokens_as_token_ids"] = p.ID, true
 	}

@@ -507,7 +507,7 @@ func (s *Server) engineOptions(req sampling, maxTokens *int) (rollout.Options, s
 		}
 		r.MaxTokens = *maxTokens
 	}
-	if r.MaxTokens >= s.seqCtx {
+	if r.MaxTokens > 0 && r.MaxTokens >= s.seqCtx {
 		return rollout.Options{}, "", badRequest("max_tokens", "max_tokens = %d is beyond the context: a sequence holds %d tokens, prompt and completion", r.MaxTokens, s.seqCtx)
 	}
 	stops, e := req.stops()

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,8 +128,9 @@ type PEFTSummary struct {
 }
 
 // ExportPEFT converts a GGUF LoRA adapter of the model into a PEFT adapter
-// folder: dir/adapter_model.safetensors (F32) and dir/adapter_config.json.
-func ExportPEFT(m *llama.Model, adapterPath, dir string) (PEFTSummary, error) {
+// folder: dir/adapter_model.safetensors (F32) and dir/adapter_config.json,
+// whose base_model_name_or_path is baseModel, or "" for BaseModelName's.
+func ExportPEFT(m *llama.Model, adapterPath, dir, baseModel string) (PEFTSummary, error) {
 	var sum PEFTSummary
 	arch, archName, err := archOf(m)
 	if err != nil {
@@ -182,7 +184,7 @@ func ExportPEFT(m *llama.Model, adapterPath, dir string) (PEFTSummary, error) {
 		tensors = append(tensors, safetensors.F32("base_model.model."+path+"."+kind+".weight", shape, v))
 	}
 	sum.Tensors = len(tensors)
-	cfg := PEFTConfig{PeftType: "LORA", TaskType: "CAUSAL_LM", BaseModel: baseModelName(m), LoraAlpha: alpha,
+	cfg := PEFTConfig{PeftType: "LORA", TaskType: "CAUSAL_LM", BaseModel: cmp.Or(baseModel, BaseModelName(m)), LoraAlpha: alpha,
 		Bias: "none", InitLoraWeights: true, InferenceMode: true, RankPattern: map[string]int{}, AlphaPattern: map[string]float64{}}
 	// The most common rank is r; others go to rank_pattern, as PEFT does.
 	count := map[int]int{}
@@ -455,7 +457,30 @@ func reorderRows(v []float32, rows, cols, heads int, inverse bool) ([]float32, e
 	return out, nil
 }
 
-func baseModelName(m *llama.Model) string {
+// BaseModelName is the Hugging Face model the GGUF was converted from, as
+// its metadata says (AutoPeftModelForCausalLM.from_pretrained loads it):
+// general.source.huggingface.repository, a huggingface.co source URL, or
+// organization/basename-size_label-finetune as convert_hf_to_gguf.py
+// splits a repository name; else general.name, else the file's name.
+func BaseModelName(m *llama.Model) string {
+	if r := m.Meta("general.source.huggingface.repository"); r != "" {
+		return r
+	}
+	if u := m.Meta("general.source.url"); strings.HasPrefix(u, "https://huggingface.co/") {
+		return strings.Trim(strings.TrimPrefix(u, "https://huggingface.co/"), "/")
+	}
+	if b := m.Meta("general.basename"); b != "" {
+		name := b
+		for _, k := range []string{"general.size_label", "general.finetune"} {
+			if v := m.Meta(k); v != "" {
+				name += "-" + v
+			}
+		}
+		if o := m.Meta("general.organization"); o != "" {
+			name = o + "/" + name
+		}
+		return name
+	}
 	if n := m.Meta("general.name"); n != "" {
 		return n
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -20,9 +21,16 @@ func init() {
 		return &cli.Command{
 			Name:  "version",
 			Usage: "print the program version, the llama.cpp commit, compiled backends, the devices they found (the names --device takes) with their memory, and CPU features",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "licenses", Usage: "print confclip's licence and those of the works it links (llama.cpp, ggml, ollama)"},
+			},
 			Action: func(ctx context.Context, c *cli.Command) error {
 				if _, err := loadConfig(c); err != nil {
 					return err
+				}
+				if c.Bool("licenses") {
+					fmt.Fprintf(c.Root().Writer, "confclip %s\n\n%s\n%s", Version, confclip.License, confclip.ThirdPartyNotices)
+					return nil
 				}
 				b := pipeline.Build()
 				w := c.Root().Writer

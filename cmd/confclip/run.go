@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v3"
 
@@ -19,11 +16,12 @@ func init() {
 			Name:      "run",
 			Usage:     "the main job: rollout, score, export and train, looped, with evaluation, metrics, plots and checkpoints",
 			ArgsUsage: "CONFIG.toml",
-			Flags: []cli.Flag{
+			// Every stage's flags: a flag given wins over the file.
+			Flags: join([]cli.Flag{
 				&cli.BoolFlag{Name: "resume", Usage: "continue the run in [run] out from its last checkpoint (with more --steps, extend a finished run)"},
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "run `DIR` (overrides [run] out)"},
 				&cli.IntFlag{Name: "steps", Value: defaults.Run.Steps, Usage: "training steps (overrides [run] steps)"},
-			},
+			}, stageFlags()),
 			Action: runCmd,
 		}
 	})
@@ -32,13 +30,18 @@ func init() {
 			Name:      "experiment",
 			Usage:     "run several arms (binary GRPO, ConfClip GRPO, ...) times several seeds from the same start and compare them",
 			ArgsUsage: "CONFIG.toml",
-			Flags: []cli.Flag{
+			Flags: join([]cli.Flag{
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "experiment `DIR` (overrides [run] out)"},
 				&cli.IntFlag{Name: "steps", Value: defaults.Run.Steps, Usage: "training steps per run (overrides [run] steps)"},
-			},
+			}, stageFlags()),
 			Action: experimentCmd,
 		}
 	})
+}
+
+// stageFlags are the flags of every stage a run loops over.
+func stageFlags() []cli.Flag {
+	return join(modelFlags(), samplingFlags(), verifierFlags(), rewardFlags(), trainFlags())
 }
 
 // runConfig reads CONFIG.toml (the argument, or --config) and the overrides.
@@ -50,7 +53,7 @@ func runConfig(c *cli.Command) (pipeline.Config, error) {
 	case c.NArg() > 1 || path == "":
 		return pipeline.Config{}, cli.Exit(c.Name+": give one CONFIG.toml (as the argument or with --config)", 2)
 	}
-	cfg, err := pipeline.LoadConfig(path)
+	cfg, err := loadConfigFile(c, path)
 	if err != nil {
 		return cfg, err
 	}
@@ -68,9 +71,9 @@ func runCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
-	r := newRenderer(os.Stderr)
+	r := newRenderer(c.Root().ErrWriter)
 	res, err := pipeline.Run(ctx, pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event})
 	r.end()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -95,9 +98,9 @@ func experimentCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
-	r := newRenderer(os.Stderr)
+	r := newRenderer(c.Root().ErrWriter)
 	res, err := pipeline.Experiment(ctx, cfg, r.event)
 	r.end()
 	if err != nil {

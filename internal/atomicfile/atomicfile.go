@@ -65,6 +65,11 @@ func Create(path string) (*File, error) {
 	CleanTemps(target)
 	tmp, err := os.CreateTemp(filepath.Dir(target), tempPrefix(target)+"*")
 	if err != nil {
+		// Name the file the user asked for, not the temporary one.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	live.Store(tmp.Name(), true)

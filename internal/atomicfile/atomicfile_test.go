@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -167,5 +168,15 @@ func TestNotInput(t *testing.T) {
 		if err := NotInput(out, in); err != nil {
 			t.Errorf("output %s: %v", out, err)
 		}
+	}
+}
+
+// TestWriteNamesThePath: a folder that does not exist is reported with the
+// file asked for, not the temporary file's name.
+func TestWriteNamesThePath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "no-such-dir", "report.xml")
+	err := Write(path, func(w io.Writer) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), path) || strings.Contains(err.Error(), ".tmp-") {
+		t.Errorf("err = %v, want one naming %s", err, path)
 	}
 }
