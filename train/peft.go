@@ -161,7 +161,9 @@ func ExportPEFT(m *llama.Model, adapterPath, dir string) (PEFTSummary, error) {
 			return sum, fmt.Errorf("%s: tensor %s has %d dimensions, want 2", adapterPath, p.Name, len(p.Shape))
 		}
 		v := make([]float32, p.Len())
-		p.Get(v)
+		if err := p.Get(v); err != nil {
+			return sum, err
+		}
 		path := fmt.Sprintf("model.layers.%d.%s", layer, mod)
 		// ggml [ne0, ne1] is row-major [ne1, ne0].
 		shape := []int64{p.Shape[1], p.Shape[0]}

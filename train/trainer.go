@@ -199,7 +199,10 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	for _, p := range ps {
 		n := p.Len()
 		v := make([]float32, n)
-		p.Get(v)
+		if err := p.Get(v); err != nil {
+			_ = ctx.Close() // never fails
+			return nil, err
+		}
 		t.values = append(t.values, v)
 		t.grads = append(t.grads, make([]float32, n))
 		t.mgrad = append(t.mgrad, make([]float32, n))
@@ -554,7 +557,9 @@ func (t *Trainer) Step(ctx context.Context, exs []Example) (StepStats, error) {
 			upd := (mk / c1) / (math.Sqrt(vk/c2) + eps)
 			val[k] = float32(float64(val[k]) - lr*(upd+wd*float64(val[k])))
 		}
-		p.Set(val)
+		if err := p.Set(val); err != nil {
+			return st, err
+		}
 	}
 	st.Seconds = time.Since(start).Seconds()
 	return st, nil
@@ -672,10 +677,13 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 
 // SyncFromModel re-reads the parameter values from llama.cpp (after an
 // adapter was reloaded from a checkpoint, say).
-func (t *Trainer) SyncFromModel() {
+func (t *Trainer) SyncFromModel() error {
 	for j, p := range t.params {
-		p.Get(t.values[j])
+		if err := p.Get(t.values[j]); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // F32Weights lists the model's trainable F32 weights for full-parameter
