@@ -124,7 +124,9 @@ func (a *Adapter) Tensor(name string) (*Param, error) {
 	defer C.free(unsafe.Pointer(cn))
 	var p *Param
 	var err error
-	if e := a.with(func(ca *C.struct_llama_adapter_lora) { p, err = newParam(name, C.llama_adapter_lora_get_tensor(ca, cn), a) }); e != nil {
+	if e := a.with(func(ca *C.struct_llama_adapter_lora) {
+		p, err = newParam(name, C.llama_adapter_lora_get_tensor(ca, cn), a)
+	}); e != nil {
 		return nil, e
 	}
 	if err != nil {
