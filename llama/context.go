@@ -79,7 +79,7 @@ var kvTypes = map[string]C.enum_ggml_type{
 // NewContext creates a context for the model.
 func NewContext(m *Model, p ContextParams) (*Context, error) {
 	if m == nil || m.m == nil {
-		return nil, errors.New("llama: NewContext on a closed model")
+		return nil, fmt.Errorf("llama: NewContext: %w", ErrClosed)
 	}
 	if m.vocabOnly {
 		return nil, fmt.Errorf("%s: loaded vocab-only; a context needs the weights", m.path)
