@@ -65,26 +65,29 @@ func TestEveryMethodAfterClose(t *testing.T) {
 	seqs := []llama.PGSeq{{Tokens: []llama.Token{1, 2, 3}, NPrompt: 1, Weight: 1}}
 	vals := make([]float32, w.Len())
 	errs := map[string]func() error{
-		"Model.Weight":            func() error { _, err := m.Weight("blk.0.attn_q.weight"); return err },
-		"Model.WeightShape":       func() error { _, err := m.WeightShape("blk.0.attn_q.weight"); return err },
-		"Model.CanTrain":          m.CanTrain,
-		"Model.Tokenize":          func() error { _, err := m.Tokenize("a", true, false); return err },
-		"Model.TokenPiece":        func() error { _, err := m.TokenPiece(1, false); return err },
-		"Model.Detokenize":        func() error { _, err := m.Detokenize([]llama.Token{1}, false, false); return err },
-		"Model.ApplyChatTemplate": func() error { _, err := m.ApplyChatTemplate("chatml", []llama.Message{{Role: "user", Content: "hi"}}, true); return err },
-		"NewContext":              func() error { _, err := llama.NewContext(m, llama.ContextParams{}); return err },
-		"LoadAdapter":             func() error { _, err := llama.LoadAdapter(m, adPath); return err },
-		"Context.Decode":          func() error { return c.Decode(b) },
-		"Context.Logits":          func() error { _, err := c.Logits(0); return err },
-		"Context.CopyLogits":      func() error { return c.CopyLogits(0, make([]float32, 8)) },
-		"Context.SetAdapter":      func() error { return c.SetAdapter(a, 1) },
-		"Context.PGEval":          func() error { _, _, err := c.PGEval(seqs, nil, nil); return err },
-		"ReferenceBatchedGreedy":  func() error { _, err := llama.ReferenceBatchedGreedy(c, []llama.Token{1}, 1, 1); return err },
-		"Adapter.Tensor":          func() error { _, err := a.Tensor(a.TensorNames()[0]); return err },
-		"Param.Get (model)":       func() error { return w.Get(vals) },
-		"Param.Set (model)":       func() error { return w.Set(vals) },
-		"Param.Get (adapter)":     func() error { return lb.Get(make([]float32, lb.Len())) },
-		"Param.Set (adapter)":     func() error { return lb.Set(make([]float32, lb.Len())) },
+		"Model.Weight":      func() error { _, err := m.Weight("blk.0.attn_q.weight"); return err },
+		"Model.WeightShape": func() error { _, err := m.WeightShape("blk.0.attn_q.weight"); return err },
+		"Model.CanTrain":    m.CanTrain,
+		"Model.Tokenize":    func() error { _, err := m.Tokenize("a", true, false); return err },
+		"Model.TokenPiece":  func() error { _, err := m.TokenPiece(1, false); return err },
+		"Model.Detokenize":  func() error { _, err := m.Detokenize([]llama.Token{1}, false, false); return err },
+		"Model.ApplyChatTemplate": func() error {
+			_, err := m.ApplyChatTemplate("chatml", []llama.Message{{Role: "user", Content: "hi"}}, true)
+			return err
+		},
+		"NewContext":             func() error { _, err := llama.NewContext(m, llama.ContextParams{}); return err },
+		"LoadAdapter":            func() error { _, err := llama.LoadAdapter(m, adPath); return err },
+		"Context.Decode":         func() error { return c.Decode(b) },
+		"Context.Logits":         func() error { _, err := c.Logits(0); return err },
+		"Context.CopyLogits":     func() error { return c.CopyLogits(0, make([]float32, 8)) },
+		"Context.SetAdapter":     func() error { return c.SetAdapter(a, 1) },
+		"Context.PGEval":         func() error { _, _, err := c.PGEval(seqs, nil, nil); return err },
+		"ReferenceBatchedGreedy": func() error { _, err := llama.ReferenceBatchedGreedy(c, []llama.Token{1}, 1, 1); return err },
+		"Adapter.Tensor":         func() error { _, err := a.Tensor(a.TensorNames()[0]); return err },
+		"Param.Get (model)":      func() error { return w.Get(vals) },
+		"Param.Set (model)":      func() error { return w.Set(vals) },
+		"Param.Get (adapter)":    func() error { return lb.Get(make([]float32, lb.Len())) },
+		"Param.Set (adapter)":    func() error { return lb.Set(make([]float32, lb.Len())) },
 		"GGUFWriter.WriteFile": func() error {
 			gw.SetStrings("tokenizer.ggml.tokens", []string{"a", "b"})
 			gw.AddTensorF32("x", []int64{2}, []float32{1, 2})
