@@ -385,7 +385,9 @@ func parseGGUFLoRAName(name string) (layer int, weight string, isA bool, err err
 	if m == nil {
 		return 0, "", false, fmt.Errorf("tensor %q: want blk.N.<weight>.weight.lora_a or .lora_b", name)
 	}
-	layer, _ = strconv.Atoi(m[1])
+	if layer, err = strconv.Atoi(m[1]); err != nil {
+		return 0, "", false, fmt.Errorf("tensor %q: layer number: %w", name, err)
+	}
 	return layer, m[2], m[3] == "a", nil
 }
 
@@ -395,7 +397,9 @@ func parsePEFTName(name string, arch peftArch) (layer int, weight string, isA bo
 		return 0, "", false, fmt.Errorf("tensor %q: want base_model.model.model.layers.N.<module>.lora_A.weight or lora_B "+
 			"(embeddings, lm_head and norms are not converted)", name)
 	}
-	layer, _ = strconv.Atoi(m[1])
+	if layer, err = strconv.Atoi(m[1]); err != nil {
+		return 0, "", false, fmt.Errorf("tensor %q: layer number: %w", name, err)
+	}
 	for g, hf := range arch.modules {
 		if hf == m[2] {
 			return layer, g, m[3] == "A", nil

@@ -624,14 +624,23 @@ const optimizerMagic = "confclip-adamw-v1"
 func (t *Trainer) MarshalBinary() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(optimizerMagic)
-	binary.Write(&b, binary.LittleEndian, t.step)
-	binary.Write(&b, binary.LittleEndian, int64(len(t.params)))
+	var err error
+	put := func(v any) { // the first error is kept (a bad type; a Buffer never fails to grow)
+		if err == nil {
+			err = binary.Write(&b, binary.LittleEndian, v)
+		}
+	}
+	put(t.step)
+	put(int64(len(t.params)))
 	for j, p := range t.params {
-		binary.Write(&b, binary.LittleEndian, int64(len(p.Name)))
+		put(int64(len(p.Name)))
 		b.WriteString(p.Name)
-		binary.Write(&b, binary.LittleEndian, int64(p.Len()))
-		binary.Write(&b, binary.LittleEndian, t.m[j])
-		binary.Write(&b, binary.LittleEndian, t.v[j])
+		put(int64(p.Len()))
+		put(t.m[j])
+		put(t.v[j])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("optimizer state: %w", err)
 	}
 	return b.Bytes(), nil
 }
