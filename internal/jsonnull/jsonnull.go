@@ -35,7 +35,7 @@ func MarshalIndent(v any, prefix, indent string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range [][]byte{sentinel64, sentinel32} {
+	for _, s := range [][]byte{sentinel64Bytes, sentinel32Bytes} {
 		b = bytes.ReplaceAll(b, s, []byte("null"))
 	}
 	return b, nil
@@ -48,14 +48,16 @@ func marshal(v any, prefix, indent string) ([]byte, error) {
 	return json.MarshalIndent(v, prefix, indent)
 }
 
-// sentinel is -MaxFloat64 (as a float32 field, -MaxFloat32); the encoder
-// prints them as these bytes, which appear nowhere else in JSON of finite
+// sentinel is the float64 next above -MaxFloat64 (-MaxFloat64 itself is a
+// common stand-in for -Inf), sentinel32 its float32 counterpart; the encoder
+// prints them as these bytes, which appear nowhere else in JSON of other
 // values unless the value holds them (found refuses that).
-const sentinel = -math.MaxFloat64
-
 var (
-	sentinel64 = []byte("-1.7976931348623157e+308")
-	sentinel32 = []byte("-3.4028235e+38")
+	sentinel   = math.Nextafter(-math.MaxFloat64, 0)
+	sentinel32 = math.Nextafter32(-math.MaxFloat32, 0)
+
+	sentinel64Bytes = []byte("-1.7976931348623155e+308")
+	sentinel32Bytes = []byte("-3.4028233e+38")
 )
 
 // maxDepth bounds the walk (a cyclic value would make json fail anyway).
@@ -69,7 +71,7 @@ func found(v reflect.Value, depth int) bool {
 	case reflect.Float64:
 		return v.Float() == sentinel
 	case reflect.Float32:
-		return float32(v.Float()) == -math.MaxFloat32
+		return float32(v.Float()) == sentinel32
 	case reflect.Pointer, reflect.Interface:
 		return !v.IsNil() && found(v.Elem(), depth+1)
 	case reflect.Struct:
@@ -110,7 +112,7 @@ func finite(v reflect.Value, depth int) reflect.Value {
 		if f := v.Float(); math.IsNaN(f) || math.IsInf(f, 0) {
 			out := reflect.New(t).Elem()
 			if v.Kind() == reflect.Float32 {
-				out.SetFloat(-math.MaxFloat32)
+				out.SetFloat(float64(sentinel32))
 			} else {
 				out.SetFloat(sentinel)
 			}

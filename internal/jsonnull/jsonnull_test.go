@@ -71,7 +71,11 @@ func TestNonFiniteAreNull(t *testing.T) {
 		t.Error("a channel marshalled")
 	}
 	// A value holding the sentinel with a NaN is refused, not mangled.
-	if _, err := Marshal([]float64{-math.MaxFloat64, nan}); err == nil || !strings.Contains(err.Error(), "sentinel") {
+	if _, err := Marshal([]float64{math.Nextafter(-math.MaxFloat64, 0), nan}); err == nil || !strings.Contains(err.Error(), "sentinel") {
 		t.Errorf("sentinel and NaN: %v", err)
+	}
+	// -MaxFloat64, the usual stand-in for -Inf, is kept beside a NaN.
+	if b, err := Marshal([]any{-math.MaxFloat64, float32(-math.MaxFloat32), nan}); err != nil || string(b) != "[-1.7976931348623157e+308,-3.4028235e+38,null]" {
+		t.Errorf("-MaxFloat64 and NaN: %s, %v", b, err)
 	}
 }
