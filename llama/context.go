@@ -201,6 +201,14 @@ func (c *Context) with(f func(*C.struct_llama_context)) error {
 	return nil
 }
 
+// do is with for the methods that return no error: on a closed context f
+// does not run, and the method returns its zero value.
+func (c *Context) do(f func(*C.struct_llama_context)) {
+	if err := c.with(f); err != nil {
+		return
+	}
+}
+
 // Model is the context's model.
 func (c *Context) Model() *Model { return c.model }
 
@@ -218,7 +226,7 @@ func (c *Context) SetThreads(n int) {
 	if n <= 0 {
 		n = DefaultThreads()
 	}
-	_ = c.with(func(cc *C.struct_llama_context) { C.llama_set_n_threads(cc, C.int32_t(n), C.int32_t(n)) }) // closed: nothing to set
+	c.do(func(cc *C.struct_llama_context) { C.llama_set_n_threads(cc, C.int32_t(n), C.int32_t(n)) })
 }
 
 // ErrNoKVSlot is returned by Decode when the KV cache has no room for the
@@ -314,7 +322,7 @@ func (c *Context) CopyLogits(i int, dst []float32) error {
 // the end; seq < 0: every sequence). It is false on a closed context.
 func (c *Context) SeqRemove(seq, p0, p1 int) bool {
 	ok := false
-	_ = c.with(func(cc *C.struct_llama_context) { // closed: false
+	c.do(func(cc *C.struct_llama_context) { // closed: false
 		ok = bool(C.llama_memory_seq_rm(C.llama_get_memory(cc), C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1)))
 	})
 	return ok
@@ -323,20 +331,20 @@ func (c *Context) SeqRemove(seq, p0, p1 int) bool {
 // SeqCopy makes dst share src's cells at positions [p0, p1) (no data copy in
 // a unified cache).
 func (c *Context) SeqCopy(src, dst, p0, p1 int) {
-	_ = c.with(func(cc *C.struct_llama_context) { // closed: nothing to copy
+	c.do(func(cc *C.struct_llama_context) { // closed: nothing to copy
 		C.llama_memory_seq_cp(C.llama_get_memory(cc), C.llama_seq_id(src), C.llama_seq_id(dst), C.llama_pos(p0), C.llama_pos(p1))
 	})
 }
 
 // SeqKeep removes every sequence but seq.
 func (c *Context) SeqKeep(seq int) {
-	_ = c.with(func(cc *C.struct_llama_context) { C.llama_memory_seq_keep(C.llama_get_memory(cc), C.llama_seq_id(seq)) }) // closed: nothing to keep
+	c.do(func(cc *C.struct_llama_context) { C.llama_memory_seq_keep(C.llama_get_memory(cc), C.llama_seq_id(seq)) })
 }
 
 // SeqPosMax is the largest position held for seq (-1 when empty or closed).
 func (c *Context) SeqPosMax(seq int) int {
 	n := -1
-	_ = c.with(func(cc *C.struct_llama_context) { // closed: -1
+	c.do(func(cc *C.struct_llama_context) { // closed: -1
 		n = int(C.llama_memory_seq_pos_max(C.llama_get_memory(cc), C.llama_seq_id(seq)))
 	})
 	return n
@@ -344,7 +352,7 @@ func (c *Context) SeqPosMax(seq int) int {
 
 // ClearKV empties the KV cache.
 func (c *Context) ClearKV() {
-	_ = c.with(func(cc *C.struct_llama_context) { C.llama_memory_clear(C.llama_get_memory(cc), true) }) // closed: nothing to clear
+	c.do(func(cc *C.struct_llama_context) { C.llama_memory_clear(C.llama_get_memory(cc), true) })
 }
 
 // Batch is a set of tokens to decode, possibly for several sequences.
@@ -388,16 +396,18 @@ func (b *Batch) Err() error { return b.err }
 
 // Close releases the batch. It is safe to call twice.
 func (b *Batch) Close() error {
+	b.Free()
+	return nil
+}
+
+// Free is Close without a result.
+func (b *Batch) Free() {
 	if b.cap > 0 {
 		b.cleanup.Stop()
 		C.llama_batch_free(b.b)
 		b.cap, b.n = 0, 0
 	}
-	return nil
 }
-
-// Free is Close.
-func (b *Batch) Free() { _ = b.Close() } // Close never fails
 
 func (b *Batch) closed() bool { return b == nil || b.cap == 0 }
 
@@ -602,7 +612,7 @@ func (c *Context) RemoveAdapter(a *Adapter) {
 	if a.closed() {
 		return
 	}
-	_ = c.with(func(cc *C.struct_llama_context) { // closed: nothing to remove
+	c.do(func(cc *C.struct_llama_context) { // closed: nothing to remove
 		C.llama_rm_adapter_lora(cc, a.r.a)
 		lifeMu.Lock()
 		delete(c.r.adapters, a)
@@ -613,7 +623,7 @@ func (c *Context) RemoveAdapter(a *Adapter) {
 
 // ClearAdapters removes every adapter from the context.
 func (c *Context) ClearAdapters() {
-	_ = c.with(func(cc *C.struct_llama_context) { // closed: nothing to clear
+	c.do(func(cc *C.struct_llama_context) { // closed: nothing to clear
 		C.llama_clear_adapter_lora(cc)
 		lifeMu.Lock()
 		for a := range c.r.adapters {

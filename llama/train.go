@@ -154,7 +154,7 @@ type PGSeq struct {
 // It is 0 on a closed context.
 func (c *Context) ComputeBufferBytes() int64 {
 	var n int64
-	_ = c.with(func(cc *C.struct_llama_context) { n = int64(C.llama_context_compute_buffer_size(cc)) }) // closed: 0
+	c.do(func(cc *C.struct_llama_context) { n = int64(C.llama_context_compute_buffer_size(cc)) })
 	return n
 }
 
