@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/confclip/confclip/dataset"
@@ -95,8 +96,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 func marshalLine(v any) []byte {
 	b, err := jsonnull.Marshal(v)
 	if err != nil {
-		msg, _ := json.Marshal("encoding the response: " + err.Error()) // a string always encodes
-		b = []byte(`{"error":{"message":` + string(msg) + `,"type":"server_error"}}`)
+		b = []byte(`{"error":{"message":` + strconv.Quote("encoding the response: "+err.Error()) + `,"type":"server_error"}}`)
 	}
 	return append(b, '\n')
 }

@@ -12,7 +12,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -169,7 +168,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		st["status"] = "shutting down"
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(st)
+		_, _ = w.Write(marshalLine(st)) // the client left: nobody to tell
 		return
 	}
 	writeJSON(w, st)

@@ -321,7 +321,10 @@ func ImportPEFT(m *llama.Model, dir, out string) (PEFTSummary, error) {
 		if err != nil {
 			return sum, fmt.Errorf("%s: %w", wPath, err)
 		}
-		_, weight, _, _ := parseGGUFLoRAName(name + ".lora_a")
+		_, weight, _, err := parseGGUFLoRAName(name + ".lora_a")
+		if err != nil {
+			return sum, fmt.Errorf("%s: %w", wPath, err)
+		}
 		if arch.permuteQK && (weight == "attn_q" || weight == "attn_k") {
 			heads := info.Heads
 			if weight == "attn_k" {
@@ -416,7 +419,10 @@ func orderedWeights[T any](pairs map[string]T, layers int) []string {
 		names = append(names, n)
 	}
 	key := func(n string) (int, int) {
-		l, w, _, _ := parseGGUFLoRAName(n + ".lora_a")
+		l, w, _, err := parseGGUFLoRAName(n + ".lora_a")
+		if err != nil { // every caller's names come from parsed tensor names
+			panic(fmt.Sprintf("train: orderedWeights of %q: %v", n, err))
+		}
 		return l, slices.Index(Targets, w)
 	}
 	sort.Slice(names, func(i, j int) bool {

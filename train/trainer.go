@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"fmt"
 	"math"
 	"slices"
@@ -666,7 +667,9 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 			return errors.New("optimizer state: corrupt")
 		}
 		name := make([]byte, ln)
-		r.Read(name)
+		if _, err := io.ReadFull(r, name); err != nil {
+			return errors.New("optimizer state: corrupt")
+		}
 		if string(name) != p.Name {
 			return fmt.Errorf("optimizer state: tensor %q where %q was expected", name, p.Name)
 		}
