@@ -68,6 +68,6 @@ func crashPoint(phase string) {
 	crash.mu.Unlock()
 	if hit {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL) //nolint:errcheck // signalling itself cannot fail
-		select {} // the signal is on its way
+		select {}                                  // the signal is on its way
 	}
 }
