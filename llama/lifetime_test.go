@@ -291,7 +291,7 @@ func TestModelCloseClosesContexts(t *testing.T) {
 
 // TestOpLossGradEmpty: no inputs is an error, not an index panic.
 func TestOpLossGradEmpty(t *testing.T) {
-	if _, _, err := llama.OpLossGrad("silu", nil, 2, nil, true); err == nil {
+	if _, _, err := llama.OpLossGrad("tanh", nil, 2, nil, true); err == nil {
 		t.Fatal("OpLossGrad of no inputs: no error")
 	}
 }
