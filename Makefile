@@ -1,6 +1,6 @@
 # confclip: build llama.cpp from the pinned source, then the Go program.
 #   make            llama.cpp static libraries + bin/confclip
-#   make test       all tests
+#   make test       all tests, then test-race, test-stress and lint (below)
 #   make bench      the benchmarks (and the verifier fuzz test)
 #   make bench-gpu  GPU against CPU benchmarks (a GPU build: GGML_VULKAN=ON, GGML_CUDA=ON)
 #   make demo       the self-contained demo
@@ -66,7 +66,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: all llama test test-go bench bench-gpu demo clean distclean cmake vulkan-deps
+.PHONY: all llama test test-race test-stress lint test-go bench bench-gpu demo clean distclean cmake vulkan-deps
 
 all: bin/confclip
 
@@ -129,6 +129,46 @@ test: $(LIBS)
 	@set -o pipefail; $(GO) test -v $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RUN)' $(PKGS) 2>&1 \
 	  | tee $(BUILD)/test.log | grep -E '^(ok|FAIL|--- FAIL|--- SKIP|panic:)|NOT RUN' \
 	  || { echo; echo "failures (full log in $(BUILD)/test.log):"; grep -A30 -e '--- FAIL' -e '^panic:' $(BUILD)/test.log | head -300; exit 1; }
+	@# The whole suite (PKGS unset) also runs the memory-safety checks.
+	@if [ '$(PKGS)' = './...' ] && [ '$(RUN)' = '.' ]; then $(MAKE) --no-print-directory test-race test-stress lint; fi
+
+# The memory-safety checks (llama's package doc, "The cgo discipline"):
+#   test-race    the race detector over the packages whose goroutines share
+#                state (the server's HTTP handlers and its loop, pipeline's
+#                Model, parallel scoring and verifying, command verifiers);
+#   test-stress  llama's and train's stress tests (GGUF writes, training
+#                evaluations and steps, decodes, adapter swaps, handles dropped
+#                without Close) with the collector running at almost every
+#                allocation (GOGC=1) and cgo's pointer checks on every store
+#                (GOEXPERIMENT=cgocheck2, which rebuilds the standard library
+#                once into the build cache);
+#   lint         golangci-lint (errcheck, govet, staticcheck; .golangci.yml),
+#                a pinned version installed into bin/tools.
+RACE_PKGS     ?= ./server ./verifiers ./dataset
+# pipeline under -race: the tests of its concurrent parts (scoring and
+# verifying in parallel, the Model's adapter shared with the server's
+# handlers); its whole suite (training runs, plots) takes over 10 minutes
+# under the race detector on 2 cores.
+RACE_PIPELINE ?= TestLoadAdapterRollsBack|TestAdapterPathRaceFree|TestScore|TestVerifyFile|TestEvaluateCountsFailedPrompts|TestTeacherForceFileMatchesRollout|TestRolloutResumeChecksProvenance
+STRESS_ROUNDS ?= 40
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+test-race: $(LIBS)
+	$(GO) test -race $(GOFLAGS_LD) -count=1 -timeout 20m $(RACE_PKGS)
+	$(GO) test -race $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RACE_PIPELINE)' ./pipeline
+
+test-stress: $(LIBS)
+	GOGC=1 GOEXPERIMENT=cgocheck2 CONFCLIP_STRESS_ROUNDS=$(STRESS_ROUNDS) \
+	  $(GO) test $(GOFLAGS_LD) -count=1 -timeout 15m -run '^TestStress' ./llama ./train
+
+$(GOLANGCI_LINT):
+	@mkdir -p bin/tools
+	GOBIN=$(CURDIR)/bin/tools $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv bin/tools/golangci-lint $@
+
+lint: $(LIBS) $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
 
 # Pure-Go benchmarks run for the usual second each; the model benchmarks
 # (llama.cpp against C loops, batching, training against forward) a few

@@ -651,8 +651,8 @@ func readRowsOf(path string, skipBad bool) (rows []map[string]any, lines []int, 
 	}
 	defer f.Close()
 	head := make([]byte, 4)
-	n, _ := io.ReadFull(f, head)
-	if n == 4 && bytes.Equal(head, []byte("PAR1")) {
+	// A file shorter than the magic is not Parquet (ReadFull's error).
+	if _, err := io.ReadFull(f, head); err == nil && bytes.Equal(head, []byte("PAR1")) {
 		rows, err := ReadParquetRows(path)
 		if err != nil {
 			return nil, nil, "", nil, nil, err

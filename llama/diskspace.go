@@ -14,10 +14,10 @@ import (
 // ggufFileSize is the size of the file w would write: its header and
 // metadata, then each tensor's data padded to the alignment.
 func (w *GGUFWriter) ggufFileSize() uint64 {
-	size := uint64(C.gguf_get_meta_size(w.ctx))
-	align := uint64(C.gguf_get_alignment(w.ctx))
-	for i := C.int64_t(0); i < C.gguf_get_n_tensors(w.ctx); i++ {
-		size += (uint64(C.gguf_get_tensor_size(w.ctx, i)) + align - 1) &^ (align - 1)
+	size := uint64(C.gguf_get_meta_size(w.r.ctx))
+	align := uint64(C.gguf_get_alignment(w.r.ctx))
+	for i := C.int64_t(0); i < C.gguf_get_n_tensors(w.r.ctx); i++ {
+		size += (uint64(C.gguf_get_tensor_size(w.r.ctx, i)) + align - 1) &^ (align - 1)
 	}
 	return size
 }

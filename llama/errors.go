@@ -92,3 +92,9 @@ func fileErr(path, format string, args ...any) error {
 // ErrClosed is returned by methods of a handle (Model, Context, Batch,
 // Adapter) after its Close.
 var ErrClosed = errors.New("llama: use of a closed handle")
+
+// lifeMu orders the freeing of C objects that depend on each other: a
+// context's or adapter's Close, its cleanup, and its model's Close (which
+// frees them first) each take it, so each object is freed once and never
+// after the model it points into.
+var lifeMu sync.Mutex

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/jsonnull"
 )
 
 // Arm is one configuration of an experiment: a reward, an advantage
@@ -177,7 +177,12 @@ func Experiment(ctx context.Context, cfg Config, progress func(Event)) (Experime
 	}); err != nil {
 		return res, err
 	}
-	b, _ := json.MarshalIndent(res, "", "  ")
+	// A metric without data is NaN (a seed that did not evaluate, say):
+	// written as null, where encoding/json would refuse the whole file.
+	b, err := jsonnull.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return res, fmt.Errorf("results.json: %w", err)
+	}
 	return res, WriteFileAtomic(filepath.Join(cfg.Run.Out, "results.json"), func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
 		return err

@@ -308,9 +308,9 @@ func ReadTrainExamples(path string) ([]dataset.TrainExample, error) {
 		return nil, err
 	}
 	head := make([]byte, len(parquetMagic))
-	n, _ := io.ReadFull(f, head)
+	_, rerr := io.ReadFull(f, head) // a file shorter than the magic is not Parquet
 	f.Close()
-	if n == len(head) && bytes.Equal(head, parquetMagic) {
+	if rerr == nil && bytes.Equal(head, parquetMagic) {
 		if err := checkParquetLayout(path); err != nil {
 			return nil, err
 		}

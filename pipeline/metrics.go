@@ -223,8 +223,7 @@ func OpenMetricsLog(runDir string, lastStep int) (*MetricsLog, error) {
 	}
 	l := &MetricsLog{dir: runDir, rows: keep, app: app}
 	if err := l.writeCSV(); err != nil {
-		app.Close()
-		return nil, err
+		return nil, errors.Join(err, app.Close())
 	}
 	return l, nil
 }

@@ -426,11 +426,18 @@ func (p RolloutProvenance) Diff(old RolloutProvenance) []string {
 	return out
 }
 
-// settingsMap renders each setting as JSON text, keyed by its name.
+// settingsMap renders each setting as JSON text, keyed by its name. Settings
+// that do not encode (a NaN) show as one entry saying so, which then differs
+// from any good settings.
 func settingsMap(s RolloutSettings) map[string]string {
-	b, _ := json.Marshal(s)
 	var raw map[string]json.RawMessage
-	json.Unmarshal(b, &raw)
+	b, err := json.Marshal(s)
+	if err == nil {
+		err = json.Unmarshal(b, &raw)
+	}
+	if err != nil {
+		return map[string]string{"settings": "not encodable: " + err.Error()}
+	}
 	out := make(map[string]string, len(raw))
 	for k, v := range raw {
 		out[k] = string(v)

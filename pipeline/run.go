@@ -366,7 +366,10 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	if err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: score: %w", step, err)
 	}
-	cfgJSON, _ := json.Marshal(cfg)
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: the configuration as JSON (for its hash): %w", step, err)
+	}
 	trainSet := filepath.Join(sdir, "train.jsonl")
 	// Provenance: the adapter the rollouts were sampled with is the state
 	// after the previous step.
@@ -598,10 +601,17 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	crashPoint("checkpoint-renamed")
 	var prev Checkpoint
 	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil {
-		json.Unmarshal(b, &prev)
+		// A record that does not parse names no folder to remove: the
+		// sweep of checkpoints/ below removes it anyway.
+		if err := json.Unmarshal(b, &prev); err != nil {
+			prev = Checkpoint{}
+		}
 	}
 	ck := Checkpoint{Step: step, Dir: name, Adapter: "adapter.gguf", Optimizer: "optimizer.bin", Time: time.Now().UTC().Format(time.RFC3339)}
-	b, _ := json.MarshalIndent(ck, "", "  ")
+	b, err := json.MarshalIndent(ck, "", "  ")
+	if err != nil {
+		return fmt.Errorf("checkpoint record: %w", err)
+	}
 	if err := WriteFileAtomic(filepath.Join(dir, CheckpointFile), func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 		return err
 	}

@@ -7,9 +7,11 @@ import (
 	"math"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/jsonnull"
 )
 
 // The request and response bodies of the OpenAI API that the server speaks
@@ -84,12 +86,24 @@ func badRequest(param, format string, args ...any) *apiError {
 func writeError(w http.ResponseWriter, e *apiError) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)
-	json.NewEncoder(w).Encode(map[string]any{"error": e})
+	_, _ = w.Write(marshalLine(map[string]any{"error": e})) // the client left: nobody to tell
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(marshalLine(v)) // the client left: nobody to tell
+}
+
+// marshalLine is v as one line of JSON. A log-prob of -Inf (a token the
+// model gives probability 0) is written as null (jsonnull); anything else
+// that does not encode becomes an error object saying so, never an empty
+// body.
+func marshalLine(v any) []byte {
+	b, err := jsonnull.Marshal(v)
+	if err != nil {
+		b = []byte(`{"error":{"message":` + strconv.Quote("encoding the response: "+err.Error()) + `,"type":"server_error"}}`)
+	}
+	return append(b, '\n')
 }
 
 // stops reads the stop field: a string, a list of strings, or null.

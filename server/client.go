@@ -251,7 +251,9 @@ func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prom
 			PromptTokens int `json:"prompt_tokens"`
 		} `json:"usage"`
 	}
-	json.Unmarshal(b, &u)
+	if err := json.Unmarshal(b, &u); err != nil {
+		return nil, 0, fmt.Errorf("the server's usage: %w", err)
+	}
 	return out, u.Usage.PromptTokens, nil
 }
 

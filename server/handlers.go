@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -302,8 +301,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req sampling, op
 		if u != nil {
 			chunk["usage"] = u
 		}
-		b, _ := json.Marshal(chunk)
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+		if _, err := fmt.Fprintf(w, "data: %s\n", marshalLine(chunk)); err != nil {
 			broken = true // the client left; the job still ends in the engine
 			return
 		}
@@ -328,8 +326,7 @@ wait:
 		if !started {
 			writeError(w, res.err)
 		} else {
-			b, _ := json.Marshal(map[string]any{"error": res.err})
-			fmt.Fprintf(w, "data: %s\n\n", b)
+			_, _ = fmt.Fprintf(w, "data: %s\n", marshalLine(map[string]any{"error": res.err})) // the client left: nobody to tell
 		}
 		return
 	}

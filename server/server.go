@@ -13,7 +13,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -230,7 +229,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		st["status"] = "shutting down"
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(st)
+		_, _ = w.Write(marshalLine(st)) // the client left: nobody to tell
 		return
 	}
 	writeJSON(w, st)

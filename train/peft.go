@@ -163,7 +163,9 @@ func ExportPEFT(m *llama.Model, adapterPath, dir, baseModel string) (PEFTSummary
 			return sum, fmt.Errorf("%s: tensor %s has %d dimensions, want 2", adapterPath, p.Name, len(p.Shape))
 		}
 		v := make([]float32, p.Len())
-		p.Get(v)
+		if err := p.Get(v); err != nil {
+			return sum, err
+		}
 		path := fmt.Sprintf("model.layers.%d.%s", layer, mod)
 		// ggml [ne0, ne1] is row-major [ne1, ne0].
 		shape := []int64{p.Shape[1], p.Shape[0]}
@@ -321,7 +323,10 @@ func ImportPEFT(m *llama.Model, dir, out string) (PEFTSummary, error) {
 		if err != nil {
 			return sum, fmt.Errorf("%s: %w", wPath, err)
 		}
-		_, weight, _, _ := parseGGUFLoRAName(name + ".lora_a")
+		_, weight, _, err := parseGGUFLoRAName(name + ".lora_a")
+		if err != nil {
+			return sum, fmt.Errorf("%s: %w", wPath, err)
+		}
 		if arch.permuteQK && (weight == "attn_q" || weight == "attn_k") {
 			heads := info.Heads
 			if weight == "attn_k" {
@@ -385,7 +390,9 @@ func parseGGUFLoRAName(name string) (layer int, weight string, isA bool, err err
 	if m == nil {
 		return 0, "", false, fmt.Errorf("tensor %q: want blk.N.<weight>.weight.lora_a or .lora_b", name)
 	}
-	layer, _ = strconv.Atoi(m[1])
+	if layer, err = strconv.Atoi(m[1]); err != nil {
+		return 0, "", false, fmt.Errorf("tensor %q: layer number: %w", name, err)
+	}
 	return layer, m[2], m[3] == "a", nil
 }
 
@@ -395,7 +402,9 @@ func parsePEFTName(name string, arch peftArch) (layer int, weight string, isA bo
 		return 0, "", false, fmt.Errorf("tensor %q: want base_model.model.model.layers.N.<module>.lora_A.weight or lora_B "+
 			"(embeddings, lm_head and norms are not converted)", name)
 	}
-	layer, _ = strconv.Atoi(m[1])
+	if layer, err = strconv.Atoi(m[1]); err != nil {
+		return 0, "", false, fmt.Errorf("tensor %q: layer number: %w", name, err)
+	}
 	for g, hf := range arch.modules {
 		if hf == m[2] {
 			return layer, g, m[3] == "A", nil
@@ -412,7 +421,10 @@ func orderedWeights[T any](pairs map[string]T, layers int) []string {
 		names = append(names, n)
 	}
 	key := func(n string) (int, int) {
-		l, w, _, _ := parseGGUFLoRAName(n + ".lora_a")
+		l, w, _, err := parseGGUFLoRAName(n + ".lora_a")
+		if err != nil { // every caller's names come from parsed tensor names
+			panic(fmt.Sprintf("train: orderedWeights of %q: %v", n, err))
+		}
 		return l, slices.Index(Targets, w)
 	}
 	sort.Slice(names, func(i, j int) bool {

@@ -139,8 +139,10 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 	var stdout, stderr capped
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go func() { defer readers.Done(); io.Copy(&stdout, outR) }()
-	go func() { defer readers.Done(); io.Copy(&stderr, errR) }()
+	// A read error ends the capture: the pipe closed under a killed
+	// process, whose result the caller gets from Wait.
+	go func() { defer readers.Done(); io.Copy(&stdout, outR) }() //nolint:errcheck // see above
+	go func() { defer readers.Done(); io.Copy(&stderr, errR) }() //nolint:errcheck // see above
 
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
@@ -264,7 +266,7 @@ func taggedPIDs(tag string) []int {
 // its tag (stopped first, so that none can fork while the others die),
 // until no tagged process is left.
 func killTree(pgid int, tag string) {
-	syscall.Kill(-pgid, syscall.SIGKILL)
+	syscall.Kill(-pgid, syscall.SIGKILL) //nolint:errcheck // a group already gone (ESRCH) is the goal
 	if !haveProc() {
 		return
 	}
@@ -274,10 +276,10 @@ func killTree(pgid int, tag string) {
 			return
 		}
 		for _, p := range pids {
-			syscall.Kill(p, syscall.SIGSTOP)
+			syscall.Kill(p, syscall.SIGSTOP) //nolint:errcheck // a process already gone is the goal
 		}
 		for _, p := range pids {
-			syscall.Kill(p, syscall.SIGKILL)
+			syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck // likewise
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -294,8 +296,9 @@ func treeRSS(tag string) int64 {
 		}
 		f := strings.Fields(string(b))
 		if len(f) > 1 {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			total += n * page
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil { // a process that is gone: nothing to count
+				total += n * page
+			}
 		}
 	}
 	return total
