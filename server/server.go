@@ -47,6 +47,9 @@ type Options struct {
 	// AdapterDir, when set, lets POST /v1/adapters load a LoRA adapter
 	// (GGUF) from this folder; unset, the endpoint answers 403.
 	AdapterDir string
+	// MaxAdapterBytes bounds an adapter uploaded with PUT
+	// /v1/adapters/NAME (upload.go); 0 = 1 GiB. More gets 413.
+	MaxAdapterBytes int64
 }
 
 // Server serves one model. Make it with New, serve Handler, and Close it
@@ -69,6 +72,8 @@ type Server struct {
 	inflight atomic.Int64
 	nextID   atomic.Uint64
 	streams  atomic.Int64 // streamed jobs queued or running
+
+	adapterSHA atomic.Pointer[string] // the loaded adapter's sha256 (noteAdapter)
 }
 
 // job is one prompt of a request (a request with several prompts makes
@@ -109,6 +114,7 @@ func New(m *pipeline.Model, o Options) (*Server, error) {
 		return nil, fmt.Errorf("serve: model.ctx %d: want the tokens of one sequence (prompt + completion)", s.seqCtx)
 	}
 	s.wake = sync.NewCond(&s.mu)
+	s.noteAdapter()
 	go s.loop()
 	return s, nil
 }
@@ -119,10 +125,11 @@ func (s *Server) ModelID() string { return s.o.ModelID }
 // Handler is the HTTP API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/completions", s.limit(s.completions))
-	mux.HandleFunc("/v1/chat/completions", s.limit(s.chat))
+	mux.HandleFunc("/v1/completions", s.limit(pinAdapter(s.completions)))
+	mux.HandleFunc("/v1/chat/completions", s.limit(pinAdapter(s.chat)))
 	mux.HandleFunc("/v1/models", s.models)
 	mux.HandleFunc("/v1/adapters", s.adapters)
+	mux.HandleFunc("PUT /v1/adapters/{name}", s.upload)
 	mux.HandleFunc("/health", s.health)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Message: "no endpoint " + r.URL.Path +
@@ -164,7 +171,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing, queued, running := s.closing, len(s.queue), len(s.running)
 	s.mu.Unlock()
-	st := map[string]any{"status": "ok", "model": s.o.ModelID, "adapter": s.m.AdapterPath(), "queued": queued, "running": running}
+	st := map[string]any{"status": "ok", "model": s.o.ModelID, "adapter": s.m.AdapterPath(), "adapter_sha256": s.loadedAdapterSHA256(),
+		"queued": queued, "running": running}
 	if closing {
 		st["status"] = "shutting down"
 		w.Header().Set("Content-Type", "application/json")
@@ -239,6 +247,7 @@ func (s *Server) loop() {
 			s.ctrl = s.ctrl[1:]
 			s.mu.Unlock()
 			f()
+			s.noteAdapter()
 			continue
 		}
 		if len(s.queue) == 0 { // closing, nothing left
@@ -277,6 +286,10 @@ func (s *Server) serve() error {
 				for _, j := range s.queue {
 					if j.ctx.Err() != nil { // the client left before it started
 						s.end(j, jobResult{err: &apiError{Status: 499, Type: "invalid_request_error", Message: "request cancelled"}})
+						continue
+					}
+					if e := s.adapterConflict(j.ctx); e != nil { // pinned to another adapter (upload.go)
+						s.end(j, jobResult{err: e})
 						continue
 					}
 					s.running[j.token] = j
