@@ -109,6 +109,22 @@ func TestAdapterUpload(t *testing.T) {
 	if st, b := post(t, url+"/completions", map[string]any{"prompt": "Say 1:", "max_tokens": 3}); st != 200 {
 		t.Fatalf("a request with the uploaded adapter: %d %v", st, b)
 	}
+	// A request pinned to another adapter gets 409; to this one, 200.
+	for _, tc := range []struct {
+		pin  string
+		want int
+	}{{strings.Repeat("ab", 32), http.StatusConflict}, {sum, http.StatusOK}} {
+		req, _ := http.NewRequest(http.MethodPost, url+"/completions", strings.NewReader(`{"prompt": "Say 1:", "max_tokens": 3}`))
+		req.Header.Set(AdapterSHA256Header, tc.pin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("a request pinned to adapter %s...: status %d, want %d", tc.pin[:8], resp.StatusCode, tc.want)
+		}
+	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("the folder holds %v, want the adapter only", ents)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -308,5 +307,4 @@ func TestRunOnRemoteWorkers(t *testing.T) {
 	if rows[0].Workers != 2 || rows[2].Workers != 2 {
 		t.Errorf("workers per step: %d %d %d", rows[0].Workers, rows[1].Workers, rows[2].Workers)
 	}
-	_ = io.Discard
 }
