@@ -77,7 +77,10 @@ func remoteStep(ctx context.Context, cfg Config, rem RemoteRollouts, e *rollout.
 		c := cfg
 		c.Rollout.Seed = stepSeed(cfg, step) // as the local engine's SetSeed
 		var st rollout.Stats
-		st, err = writeRemoteRollouts(ctx, c, rem, e, batch, rolls)
+		gen := func(ctx context.Context, ps []dataset.Prompt, emit func([]dataset.Rollout) error) (rollout.Stats, error) {
+			return rem.Generate(ctx, c, ps, emit)
+		}
+		st, err = writeStepRollouts(ctx, gen, e, batch, rolls)
 		if werr := writeReport(filepath.Join(filepath.Dir(rolls), WorkersFile), rem.Report()); err == nil {
 			err = werr
 		}
@@ -90,16 +93,20 @@ func remoteStep(ctx context.Context, cfg Config, rem RemoteRollouts, e *rollout.
 // stepSeed is the seed of a step's sampling: every step samples afresh.
 func stepSeed(cfg Config, step int) uint64 { return cfg.Rollout.Seed + uint64(step)*1_000_003 }
 
-// writeRemoteRollouts writes the workers' groups in the order of the
-// step's prompts (they arrive in the order the workers finish them), so
-// that scoring and training see the batch as the local engine gives it.
-func writeRemoteRollouts(ctx context.Context, cfg Config, rem RemoteRollouts, e *rollout.Engine, batch []dataset.Prompt, path string) (rollout.Stats, error) {
+// writeStepRollouts writes a step's groups in the order of its prompts,
+// whatever order they come in (the local engine's, or the order in which
+// the workers finish them), so that scoring and training see the same batch
+// in the same order either way: a run on workers trains the adapter a local
+// run trains, to the last bit, when the samples are the same. Records
+// without their prompt's tokens get them from e's tokenizer.
+func writeStepRollouts(ctx context.Context, generate func(context.Context, []dataset.Prompt, func([]dataset.Rollout) error) (rollout.Stats, error),
+	e *rollout.Engine, batch []dataset.Prompt, path string) (rollout.Stats, error) {
 	index := make(map[string]int, len(batch))
 	for i, p := range batch {
 		index[p.ID] = i
 	}
 	groups := make([][]dataset.Rollout, len(batch))
-	st, err := rem.Generate(ctx, cfg, batch, func(g []dataset.Rollout) error {
+	st, err := generate(ctx, batch, func(g []dataset.Rollout) error {
 		i, ok := index[g[0].PromptID]
 		if !ok {
 			return fmt.Errorf("a worker answered for prompt %q, which the step did not send", g[0].PromptID)

@@ -373,7 +373,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	} else {
 		// Every step samples afresh: the engine's seed moves with the step.
 		e.SetSeed(stepSeed(cfg, step))
-		rst, _, err = writeRollouts(ctx, e, batch, rolls)
+		rst, err = writeStepRollouts(ctx, e.Generate, e, batch, rolls)
 	}
 	if err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
