@@ -110,11 +110,12 @@ func getHealth(u string) (map[string]any, error) {
 // TestRunOnRemoteWorkers: `run` with two `confclip serve` workers on
 // 127.0.0.1 for 3 steps. Worker B serves one sequence at a time, so its
 // queue grows; in step 2 it is killed (SIGKILL) while it holds requests,
-// and started again on the same port, without the step's adapter. Checked:
+// and a second later started again on the same port, without the step's
+// adapter; step 3 waits for it. Checked:
 // every step's records are all there (every group, every sample) and each
 // names one of the two workers; B's groups of step 2 went to A (retries
-// counted in workers.json and the metrics), and B, back with no adapter,
-// got none of step 2's groups after its restart; steps 1 and 3 used both
+// counted in workers.json and the metrics); step 3 gave B the adapter
+// again and groups; steps 1 and 3 used both
 // workers; both end on the run's last adapter (its sha256 in /health); the
 // metrics have every step with its workers, retries and log-prob source.
 func TestRunOnRemoteWorkers(t *testing.T) {
@@ -186,12 +187,18 @@ func TestRunOnRemoteWorkers(t *testing.T) {
 		wb.cmd.Process.Kill()
 		wb.cmd.Wait()
 		killed.Done()
+		// Down for longer than a request's own retry pause (250 ms): B's
+		// requests fail, not reach the new process.
+		time.Sleep(time.Second)
 		args := append(append([]string{}, common...), "--port", pu.Port(), "--parallel", "1", "--adapter-dir", dirB)
 		restartedB = startWorker(t, args...)
 	}
 	progress := func(e pipeline.Event) {
 		if st, ok := e.(pipeline.RunStage); ok && st.Step == 2 && st.Stage == "rollout" {
 			killOnce.Do(func() { go killB() })
+		}
+		if st, ok := e.(pipeline.RunStage); ok && st.Step == 3 && st.Stage == "rollout" {
+			restarted.Wait() // B is back (without the adapter) before step 3
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
