@@ -147,7 +147,7 @@ func TestSlurmRunWorkers(t *testing.T) {
 	if k, _ := strconv.Atoi(n[1]); k < 2 {
 		t.Errorf("--ntasks=%d: want run and at least one worker", k)
 	}
-	for _, want := range []string{"set -euo pipefail", "srun ", "serve -m", "--adapter-dir", `endpoints+=(--endpoint "http://$node:$PORT/v1")`,
+	for _, want := range []string{"set -euo pipefail", "srun ", "serve -m", "--adapter-dir", `endpoints+=(--endpoint "http://$node:$port/v1")`,
 		`"$CONFCLIP" run "$CONFIG"`, `"${endpoints[@]}"`, "--resume", "WORKERS=$((SLURM_NTASKS - 1))", "trap "} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the script lacks %q", want)

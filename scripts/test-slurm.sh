@@ -13,7 +13,9 @@
 #  4. once the array and its afterok merge are done, the merged scored
 #     records are compared with one process's: tokens and verdicts exact,
 #     log-probs within 1e-4 (scripts/slurm-compare.go);
-#  5. everything started here is stopped (trap), whatever happened.
+#  5. deploy/slurm/run-workers.sh runs `run` for 2 steps with 2 serve
+#     workers as job steps; every record must name one of them;
+#  6. everything started here is stopped (trap), whatever happened.
 #
 # CONFCLIP (default bin/confclip) is the binary; KEEP=1 keeps the folder.
 set -euo pipefail
@@ -56,12 +58,21 @@ pids=()
 cleanup() {
   rc=$?
   if [ -n "${SLURM_CONF:-}" ] && [ -f "${SLURM_CONF}" ]; then
+    # The jobs first, while slurmd is there to end their processes.
     scancel --quiet --user "$(id -un)" >/dev/null 2>&1 || true
+    for _ in $(seq 30); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.5; done
   fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$p" 2>/dev/null || true
+  done
+  # Anything a job left behind runs from the temp folder: its command line
+  # names it.
+  for c in /proc/[0-9]*/cmdline; do
+    p=${c#/proc/}; p=${p%/cmdline}
+    [ "$p" = $$ ] && continue
+    tr '\0' ' ' <"$c" 2>/dev/null | grep -qF "$T/" && kill -9 "$p" 2>/dev/null || true
   done
   if [ $rc -ne 0 ]; then
     for f in "$T"/log/*.log "$T"/out/*.log; do
@@ -98,7 +109,9 @@ for _ in $(seq 50); do [ -S "$MSOCK" ] && break; sleep 0.1; done
 [ -S "$MSOCK" ] || fail "munged did not start (log: $T/log/munged.log)"
 
 NODE=$(hostname -s)
-CPUS=$(nproc)
+# At least 4 CPUs declared (config_overrides: slurmd takes the file's word),
+# so that run-workers.sh's 3 tasks fit on a 2-core machine.
+CPUS=$(( $(nproc) < 4 ? 4 : $(nproc) ))
 MEM=$(awk '/MemTotal/ {print int($2/1024) - 1024}' /proc/meminfo)
 USER_NAME=$(id -un)
 CTLD_PORT=$(free_port)
@@ -129,6 +142,7 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
 MpiDefault=none
+SlurmdParameters=config_overrides
 ReturnToService=2
 SlurmdTimeout=120
 InactiveLimit=0
@@ -187,3 +201,48 @@ mkdir -p "$T/one"
 (cd "$ROOT" && go run scripts/slurm-compare.go "$OUT/scored.jsonl" "$T/one/scored.jsonl" "$OUT/summary.json" "$T/one/summary.json") \
   || fail "the merged array differs from one process"
 note "PASS: $TASKS-task array + afterok merge = one process ($(( $(date +%s) - start ))s in all, ${slurm_s}s to the merge)"
+
+# 5. deploy/slurm/run-workers.sh: `run` for 2 steps with 2 serve workers as
+# job steps, on this one node.
+rw_start=$(date +%s)
+cat >"$T/run.toml" <<TOML
+[model]
+path = "$T/model.gguf"
+ctx = 256
+[data]
+train = "$PROMPTS"
+[rollout]
+group = 4
+max_tokens = 16
+seed = 1
+[verifier]
+name = "math"
+[train]
+lora_rank = 4
+[run]
+steps = 2
+prompts_per_step = 8
+eval_every = 0
+TOML
+RW=$T/rw
+mkdir -p "$RW"
+jid2=$(cd "$T" && CONFCLIP=$CONFCLIP CONFIG=$T/run.toml MODEL=$T/model.gguf OUT=$RW PORT=$(free_port) \
+  sbatch --parsable --nodes=1 --ntasks=3 --ntasks-per-node=3 --cpus-per-task=1 --mem=2G \
+  --output="$RW/job.log" "$ROOT/deploy/slurm/run-workers.sh") || fail "sbatch refused run-workers.sh"
+jid2=${jid2%%;*}
+note "submitted run-workers job $jid2 (run + 2 serve workers)"
+deadline=$(( $(date +%s) + TIMEOUT_S ))
+while [ -n "$(squeue -h -j "$jid2" 2>/dev/null || true)" ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || fail "run-workers job still running after ${TIMEOUT_S}s"
+  sleep 2
+done
+for f in "$RW/job.log" "$RW"/worker-*.log; do cp "$f" "$T/log/rw-$(basename "$f")" 2>/dev/null || true; done
+[ -f "$RW/run/checkpoints/step-0002/adapter.gguf" ] || fail "run-workers: the run did not finish 2 steps (log: $RW/job.log)"
+for s in 0001 0002; do
+  [ -f "$RW/run/steps/$s/workers.json" ] || fail "run-workers: step $s has no workers.json: it did not sample on the workers"
+  n=$(grep -c '"worker":"http' "$RW/run/steps/$s/rollouts.jsonl" || true)
+  [ "$n" = 32 ] || fail "run-workers: step $s: $n of 32 records name a worker"
+done
+used=$(grep -h -o '"worker":"[^"]*"' "$RW"/run/steps/*/rollouts.jsonl | sort -u | wc -l)
+[ "$used" = 2 ] || fail "run-workers: the records name $used workers, want 2"
+note "PASS: run-workers.sh: run on 2 serve job steps, 2 steps, every record from one of them ($(( $(date +%s) - rw_start ))s)"

@@ -47,13 +47,17 @@ mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 endpoints=()
 steps=()
 for k in $(seq 1 "$WORKERS"); do
+  # With fewer nodes than tasks, workers share nodes: each has a port of its own.
   node=${NODES[$((k % ${#NODES[@]}))]}
+  port=$((PORT + k - 1))
   mkdir -p "$OUT/adapters-$k"
-  srun --nodes=1 --ntasks=1 --nodelist="$node" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
-    "$CONFCLIP" serve -m "$MODEL" --host 0.0.0.0 --port "$PORT" --parallel 32 --ctx-size 2048 \
+  # --overlap: a step would otherwise hold the job's memory, and the next
+  # worker's step would wait for it.
+  srun --overlap --nodes=1 --ntasks=1 --nodelist="$node" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+    "$CONFCLIP" serve -m "$MODEL" --host 0.0.0.0 --port "$port" --parallel 32 --ctx-size 2048 \
     --threads "${SLURM_CPUS_PER_TASK:-0}" --adapter-dir "$OUT/adapters-$k" >"$OUT/worker-$k.log" 2>&1 &
   steps+=($!)
-  endpoints+=(--endpoint "http://$node:$PORT/v1")
+  endpoints+=(--endpoint "http://$node:$port/v1")
 done
 trap 'kill "${steps[@]}" 2>/dev/null || true; wait' EXIT
 
