@@ -4,6 +4,7 @@
 #   make bench      the benchmarks (and the verifier fuzz test)
 #   make bench-gpu  GPU against CPU benchmarks (a GPU build: GGML_VULKAN=ON, GGML_CUDA=ON)
 #   make demo       the self-contained demo
+#   make test-slurm the Slurm job array on a one-node Slurm cluster started here
 # Pass-through options: GGML_VULKAN=ON (glslc, libvulkan-dev; installed from
 # Debian's packages when run as root), GGML_CUDA=ON (the CUDA toolkit),
 # GGML_BLAS=ON (libopenblas-dev), PORTABLE=1 (no -march=native),
@@ -66,7 +67,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: all llama test test-race test-stress lint test-go bench bench-gpu demo clean distclean cmake vulkan-deps
+.PHONY: all llama test test-race test-stress lint test-go test-slurm bench bench-gpu demo clean distclean cmake vulkan-deps
 
 all: bin/confclip
 
@@ -169,6 +170,13 @@ $(GOLANGCI_LINT):
 
 lint: $(LIBS) $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
+
+# deploy/slurm/score-array.sh as a 3-task array on a one-node Slurm cluster
+# that the script starts (and stops) itself, installing slurm-wlm and munge
+# from Debian's packages when missing (as root); the merged output must equal
+# one process's (scripts/test-slurm.sh).
+test-slurm: bin/confclip
+	@bash scripts/test-slurm.sh
 
 # Pure-Go benchmarks run for the usual second each; the model benchmarks
 # (llama.cpp against C loops, batching, training against forward) a few

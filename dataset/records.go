@@ -110,6 +110,9 @@ type Rollout struct {
 	// TokenOffsets[i] is the byte offset in Text where token i's piece starts;
 	// it maps a verifier's answer span onto tokens (confidence scope "answer").
 	TokenOffsets []int `json:"token_offsets,omitempty"`
+	// Worker is the remote worker (its endpoint) that sampled the record,
+	// in `run` with [rollout] endpoints; "" for the local engine.
+	Worker string `json:"worker,omitempty"`
 }
 
 // VerifierResult is what a verifier said about one completion.

@@ -64,6 +64,10 @@ type RolloutConfig struct {
 	Parallel    int      `toml:"parallel"`    // sequences in flight
 	Chat        bool     `toml:"chat"`        // render prompts with the chat template
 	Stop        []string `toml:"stop"`        // stop strings
+	// Endpoints, when set, are the rollout workers of `run`
+	// ("http://host:port/v1"): OpenAI-compatible servers, confclip serve
+	// for adapter uploads (docs/scale.md).
+	Endpoints []string `toml:"endpoints"`
 }
 
 // VerifierConfig chooses and tunes the verifier.

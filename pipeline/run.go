@@ -63,6 +63,9 @@ type RunOptions struct {
 	// greedy settings, and a new adapter (B = 0) changes no logit, so
 	// every run's step 0 is the same. Ignored with model.adapter set.
 	BeforeFrom string
+	// Remote, when set, samples each step's groups on these workers
+	// ([rollout] endpoints, remote.go) instead of the local engine.
+	Remote RemoteRollouts
 }
 
 // RunResult is what a run ended with.
@@ -96,6 +99,9 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		return res, err
 	}
 	if err := checkRunFiles(cfg); err != nil {
+		return res, err
+	}
+	if err := checkRemote(cfg, o.Remote); err != nil {
 		return res, err
 	}
 	trainPrompts, err := readPrompts(cfg.Data.Train, cfg.Data.Map)
@@ -223,7 +229,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 			}
 			emit(o.Progress, RunStage{Step: step, Steps: cfg.Run.Steps, Stage: name})
 		}
-		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr, stage)
+		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr, stage, remoteOf(o.Remote, h))
 		if err != nil {
 			return res, err
 		}
@@ -259,6 +265,11 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		crashPoint("step-done")
 		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
 			return res, ErrStopped
+		}
+	}
+	if o.Remote != nil {
+		if err := finishRemote(ctx, o.Remote, dir); err != nil {
+			return res, err
 		}
 	}
 	res.Rows = mlog.Rows()
@@ -341,7 +352,7 @@ func stepLine(r StepMetrics, steps int, eta time.Duration) string {
 }
 
 // runStep does one step's rollouts, scoring, export and training.
-func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer, stage func(string)) (StepMetrics, error) {
+func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer, stage func(string), rem *remoteRun) (StepMetrics, error) {
 	t0 := time.Now()
 	sdir := filepath.Join(cfg.Run.Out, "steps", fmt.Sprintf("%04d", step))
 	if err := os.MkdirAll(sdir, 0o755); err != nil {
@@ -349,28 +360,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	}
 	stage("rollout")
 	batch := stepPrompts(prompts, cfg.Run.PromptsPerStep, cfg.Rollout.Seed, step)
-	// Every step samples afresh: the engine's seed moves with the step.
-	e.SetSeed(cfg.Rollout.Seed + uint64(step)*1_000_003)
 	rolls := filepath.Join(sdir, "rollouts.jsonl")
-	rst, _, err := writeRollouts(ctx, e, batch, rolls)
-	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
-	}
-	if rst.Records == 0 {
-		return StepMetrics{}, fmt.Errorf("step %d: no completions (%v)", step, firstErrors(rst.Errors))
-	}
-	t1 := time.Now()
-	stage("scoring")
-	scored := filepath.Join(sdir, "scored.jsonl")
-	sum, err := Score(ctx, NewScoreOptions(cfg, rolls, scored))
-	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: score: %w", step, err)
-	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: the configuration as JSON (for its hash): %w", step, err)
-	}
-	trainSet := filepath.Join(sdir, "train.jsonl")
 	// Provenance: the adapter the rollouts were sampled with is the state
 	// after the previous step.
 	adapter := filepath.Join(cfg.Run.Out, InitAdapter)
@@ -380,6 +370,37 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	if step > 1 {
 		adapter = filepath.Join(cfg.Run.Out, fmt.Sprintf("checkpoints/step-%04d/adapter.gguf", step-1))
 	}
+	var rst rollout.Stats
+	var err error
+	if rem != nil {
+		rst, err = remoteStep(ctx, cfg, rem.src, e, step, batch, rolls, adapter)
+	} else {
+		// Every step samples afresh: the engine's seed moves with the step.
+		e.SetSeed(stepSeed(cfg, step))
+		rst, err = writeStepRollouts(ctx, e.Generate, e, batch, rolls)
+	}
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
+	}
+	if rst.Records == 0 {
+		return StepMetrics{}, fmt.Errorf("step %d: no completions (%v)", step, firstErrors(rst.Errors))
+	}
+	t1 := time.Now()
+	stage("scoring")
+	scored := filepath.Join(sdir, "scored.jsonl")
+	so := NewScoreOptions(cfg, rolls, scored)
+	if rem != nil {
+		so.Model = rem.m // records that came without log-probs
+	}
+	sum, err := Score(ctx, so)
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: score: %w", step, err)
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: the configuration as JSON (for its hash): %w", step, err)
+	}
+	trainSet := filepath.Join(sdir, "train.jsonl")
 	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: adapter,
 		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated}); err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
@@ -393,6 +414,16 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.RolloutS = t1.Sub(t0).Seconds()
 	row.ScoreS = t2.Sub(t1).Seconds()
 	row.TokensPerS = rst.TokensPerSecond()
+	row.TeacherForced = sum.TeacherForced
+	if rem != nil {
+		rep := rem.src.Report()
+		row.Retries = rep.Retries
+		for _, w := range rep.Workers {
+			if w.Groups > 0 {
+				row.Workers++
+			}
+		}
+	}
 	row.TrainSkipped = 1
 	if len(recs) > 0 {
 		stage("training")

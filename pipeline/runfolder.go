@@ -34,6 +34,8 @@ func runConfigDiff(old []byte, cfg Config) ([]string, error) {
 		return nil, fmt.Errorf("%s: %w", RunConfigFile, err)
 	}
 	was.Run.Steps = cfg.Run.Steps
+	// The workers may change: seeded requests sample the same on any.
+	was.Rollout.Endpoints = cfg.Rollout.Endpoints
 	a, err := flatConfig(was)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", RunConfigFile, err)

@@ -52,6 +52,9 @@ type Options struct {
 	// BodyTimeout bounds the reading of a request's body, which is read
 	// whole before the request takes a slot; 0 = 10 s. Slower gets 408.
 	BodyTimeout time.Duration
+	// MaxAdapterBytes bounds an adapter uploaded with PUT
+	// /v1/adapters/NAME (upload.go); 0 = 1 GiB. More gets 413.
+	MaxAdapterBytes int64
 }
 
 // Server serves one model. Make it with New, serve Handler, and Close it
@@ -78,6 +81,8 @@ type Server struct {
 	cancelReads context.CancelFunc
 	nextID      atomic.Uint64
 	streams     atomic.Int64 // streamed jobs queued or running
+
+	adapterSHA atomic.Pointer[string] // the loaded adapter's sha256 (noteAdapter)
 }
 
 // job is one prompt of a request (a request with several prompts makes
@@ -122,6 +127,7 @@ func New(m *pipeline.Model, o Options) (*Server, error) {
 	}
 	s.wake = sync.NewCond(&s.mu)
 	s.reads, s.cancelReads = context.WithCancel(context.Background())
+	s.noteAdapter()
 	go s.loop()
 	return s, nil
 }
@@ -143,10 +149,11 @@ func (s *Server) ModelID() string { return s.o.ModelID }
 // Handler is the HTTP API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/completions", s.limit(s.completions))
-	mux.HandleFunc("/v1/chat/completions", s.limit(s.chat))
+	mux.HandleFunc("/v1/completions", s.limit(pinAdapter(s.completions)))
+	mux.HandleFunc("/v1/chat/completions", s.limit(pinAdapter(s.chat)))
 	mux.HandleFunc("/v1/models", s.models)
 	mux.HandleFunc("/v1/adapters", s.adapters)
+	mux.HandleFunc("PUT /v1/adapters/{name}", s.upload)
 	mux.HandleFunc("/health", s.health)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Message: "no endpoint " + r.URL.Path +
@@ -224,7 +231,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing, queued, running := s.closing, len(s.queue), len(s.running)
 	s.mu.Unlock()
-	st := map[string]any{"status": "ok", "model": s.o.ModelID, "adapter": s.m.AdapterPath(), "queued": queued, "running": running}
+	st := map[string]any{"status": "ok", "model": s.o.ModelID, "adapter": s.m.AdapterPath(), "adapter_sha256": s.loadedAdapterSHA256(),
+		"queued": queued, "running": running}
 	if closing {
 		st["status"] = "shutting down"
 		w.Header().Set("Content-Type", "application/json")
@@ -299,6 +307,7 @@ func (s *Server) loop() {
 			s.ctrl = s.ctrl[1:]
 			s.mu.Unlock()
 			f()
+			s.noteAdapter()
 			continue
 		}
 		if len(s.queue) == 0 { // closing, nothing left
@@ -337,6 +346,10 @@ func (s *Server) serve() error {
 				for _, j := range s.queue {
 					if j.ctx.Err() != nil { // the client left before it started
 						s.end(j, jobResult{err: &apiError{Status: 499, Type: "invalid_request_error", Message: "request cancelled"}})
+						continue
+					}
+					if e := s.adapterConflict(j.ctx); e != nil { // pinned to another adapter (upload.go)
+						s.end(j, jobResult{err: e})
 						continue
 					}
 					s.running[j.token] = j

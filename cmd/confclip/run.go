@@ -21,6 +21,7 @@ func init() {
 				&cli.BoolFlag{Name: "resume", Usage: "continue the run in [run] out from its last checkpoint (with more --steps, extend a finished run)"},
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "run `DIR` (overrides [run] out)"},
 				&cli.IntFlag{Name: "steps", Value: defaults.Run.Steps, Usage: "training steps (overrides [run] steps)"},
+				&cli.StringSliceFlag{Name: "endpoint", Usage: "sample on the rollout worker at `URL` (confclip serve, or any OpenAI-compatible server; repeat for more; overrides [rollout] endpoints)"},
 			}, stageFlags()),
 			Action: runCmd,
 		}
@@ -63,6 +64,9 @@ func runConfig(c *cli.Command) (pipeline.Config, error) {
 	if c.IsSet("steps") {
 		cfg.Run.Steps = c.Int("steps")
 	}
+	if c.IsSet("endpoint") {
+		cfg.Rollout.Endpoints = c.StringSlice("endpoint")
+	}
 	return cfg, nil
 }
 
@@ -74,7 +78,11 @@ func runCmd(ctx context.Context, c *cli.Command) error {
 	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
 	r := newRenderer(c.Root().ErrWriter)
-	res, err := pipeline.Run(ctx, pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event})
+	ro := pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event}
+	if len(cfg.Rollout.Endpoints) > 0 {
+		ro.Remote = workerPool(cfg.Rollout.Endpoints)
+	}
+	res, err := pipeline.Run(ctx, ro)
 	r.end()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("interrupted; the last checkpoint is in %s: continue with --resume", cfg.Run.Out)

@@ -35,6 +35,7 @@ func init() {
 				&cli.StringFlag{Name: "adapter-dir", Usage: "let POST /v1/adapters load LoRA adapters from `DIR`"},
 				&cli.IntFlag{Name: "max-requests", Value: 256, Usage: "requests queued or running at once; more get 429"},
 				&cli.IntFlag{Name: "max-body", Value: 1 << 20, Usage: "largest request body in bytes; larger get 413"},
+				&cli.IntFlag{Name: "max-adapter-bytes", Value: 1 << 30, Usage: "largest adapter PUT /v1/adapters/NAME takes (with --adapter-dir); larger get 413"},
 				&cli.IntFlag{Name: "max-n", Value: 64, Usage: "largest n (completions per request)"},
 				&cli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Minute, Usage: "on SIGTERM, how long in-flight requests may take to finish"},
 				&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no access log (one line per request on stderr)"},
@@ -57,6 +58,7 @@ func serveCmd(ctx context.Context, c *cli.Command) error {
 	srv, err := server.New(m, server.Options{
 		Config: cfg, ModelID: c.String("model-id"), AdapterDir: c.String("adapter-dir"),
 		MaxRequests: c.Int("max-requests"), MaxBodyBytes: int64(c.Int("max-body")), MaxN: c.Int("max-n"),
+		MaxAdapterBytes: int64(c.Int("max-adapter-bytes")),
 	})
 	if err != nil {
 		return err
