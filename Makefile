@@ -26,6 +26,12 @@ GGML_CUDA  ?= OFF
 GGML_VULKAN ?= OFF
 GGML_BLAS  ?= OFF
 NATIVE     := $(if $(filter 1,$(PORTABLE)),OFF,ON)
+# A portable x86-64 build carries ggml's CPU backend once per CPU generation
+# (x86-64 baseline, Haswell, Skylake-X, Ice Lake, Alder Lake) and picks the
+# best at start (cmake/cpu-variants.cmake); CPU_VARIANTS=0 builds the AVX2
+# baseline only. CONFCLIP_CPU_VARIANT=NAME forces a variant at run time.
+HOST_ARCH  := $(shell uname -m)
+CPU_VARIANTS ?= $(if $(and $(filter 1,$(PORTABLE)),$(filter x86_64,$(HOST_ARCH))),1,0)
 CMAKE_ARGS ?=
 
 LIBS := $(LIBDIR)/libllama.a $(LIBDIR)/libggml.a $(LIBDIR)/libggml-base.a $(LIBDIR)/libggml-cpu.a
@@ -101,15 +107,17 @@ third_party/llama.cpp/.stamp: scripts/llama-source.sh $(wildcard third_party/pat
 
 llama: $(LIBS)
 
-$(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt | cmake $(if $(filter ON,$(GGML_VULKAN)),vulkan-deps)
+$(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt cmake/cpu-variants.cmake csrc/cpu-variants.c scripts/cpu-variants.sh | cmake $(if $(filter ON,$(GGML_VULKAN)),vulkan-deps)
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=$(NATIVE) \
-	  -DGGML_CUDA=$(GGML_CUDA) -DGGML_VULKAN=$(GGML_VULKAN) -DGGML_BLAS=$(GGML_BLAS) $(CMAKE_ARGS) >$(BUILD).cmake.log 2>&1 \
+	  -DGGML_CUDA=$(GGML_CUDA) -DGGML_VULKAN=$(GGML_VULKAN) -DGGML_BLAS=$(GGML_BLAS) \
+	  -DCONFCLIP_CPU_VARIANTS=$(if $(filter 1,$(CPU_VARIANTS)),ON,OFF) $(CMAKE_ARGS) >$(BUILD).cmake.log 2>&1 \
 	  || { cat $(BUILD).cmake.log; exit 1; }
 	@echo "llama.cpp: building static libraries in $(BUILD) (a cold build takes a few minutes$(if $(filter ON,$(GGML_VULKAN)),; the Vulkan shaders some more))" >&2
 	@cmake --build $(BUILD) -j $(JOBS) --target llama >$(BUILD).build.log 2>&1 \
 	  || { tail -40 $(BUILD).build.log; echo "llama.cpp build failed: see $(BUILD).build.log" >&2; exit 1; }
 	@mkdir -p $(LIBDIR)
 	@find $(BUILD) -name 'lib*.a' -not -path '$(LIBDIR)/*' -exec cp -f {} $(LIBDIR)/ \;
+	@$(if $(filter 1,$(CPU_VARIANTS)),bash scripts/cpu-variants.sh $(BUILD) $(LIBDIR))
 	@for l in $(LIBS); do [ -f $$l ] || { echo "missing $$l: the llama.cpp build failed" >&2; exit 1; }; done
 
 bin/confclip: $(LIBS) FORCE
