@@ -27,7 +27,7 @@ GGML_VULKAN ?= OFF
 GGML_BLAS  ?= OFF
 NATIVE     := $(if $(filter 1,$(PORTABLE)),OFF,ON)
 # A portable x86-64 build carries ggml's CPU backend once per CPU generation
-# (x86-64 baseline, Haswell, Skylake-X, Ice Lake, Alder Lake) and picks the
+# (x86-64 baseline, Haswell, Skylake-X, Ice Lake) and picks the
 # best at start (cmake/cpu-variants.cmake); CPU_VARIANTS=0 builds the AVX2
 # baseline only. CONFCLIP_CPU_VARIANT=NAME forces a variant at run time.
 HOST_ARCH  := $(shell uname -m)

@@ -12,13 +12,15 @@
 # returns the best one's registration.
 #
 # The variants are ggml's GGML_CPU_ALL_VARIANTS list for x86, less sse42 and
-# sandybridge (pre-2013 CPUs get x64): ggml's own ggml-cpu target is x64 (the
-# x86-64 baseline, SSE2).
+# sandybridge (pre-2013 CPUs get x64) and alderlake (AVX-VNNI without
+# AVX-512: it speeds up only quantized dot products; those CPUs get haswell):
+# each variant is one more compile of the CPU backend. ggml's own ggml-cpu
+# target is x64 (the x86-64 baseline, SSE2). Add one as
+# "name:FEATURE,FEATURE" (ggml's GGML_<FEATURE> options).
 set(CONFCLIP_CPU_VARIANT_LIST
   "haswell:SSE42,AVX,F16C,AVX2,BMI2,FMA"
   "skylakex:SSE42,AVX,F16C,AVX2,BMI2,FMA,AVX512"
-  "icelake:SSE42,AVX,F16C,AVX2,BMI2,FMA,AVX512,AVX512_VBMI,AVX512_VNNI"
-  "alderlake:SSE42,AVX,F16C,AVX2,BMI2,FMA,AVX_VNNI")
+  "icelake:SSE42,AVX,F16C,AVX2,BMI2,FMA,AVX512,AVX512_VBMI,AVX512_VNNI")
 
 # The compiler flags of each feature (ggml-cpu/CMakeLists.txt's x86 branch).
 set(cpu_flags_SSE42 -msse4.2)
@@ -28,6 +30,7 @@ set(cpu_flags_AVX2 -mavx2)
 set(cpu_flags_BMI2 -mbmi2)
 set(cpu_flags_FMA -mfma)
 set(cpu_flags_AVX_VNNI -mavxvnni)
+set(cpu_flags_AVX512_BF16 -mavx512bf16)
 set(cpu_flags_AVX512 -mavx512f -mavx512cd -mavx512vl -mavx512dq -mavx512bw)
 set(cpu_flags_AVX512_VBMI -mavx512vbmi)
 set(cpu_flags_AVX512_VNNI -mavx512vnni)

@@ -22,7 +22,7 @@ import "strings"
 // CPUVariant says which build of ggml's CPU kernels runs. A portable x86-64
 // build (make PORTABLE=1) carries several, one per CPU generation, and picks
 // the best this CPU can run at start (CONFCLIP_CPU_VARIANT=NAME forces one):
-// Variant is its name (x64, haswell, skylakex, icelake, alderlake) and Built
+// Variant is its name (x64, haswell, skylakex, icelake) and Built
 // lists them all. A build with one set of kernels (make: -march=native;
 // CPU_VARIANTS=0; arm64) has Variant "" and Built nil.
 func CPUVariant() (variant string, built []string) {
