@@ -17,8 +17,14 @@ for name in ${names//;/ }; do
   if [ "$name" = x64 ]; then lib=$(find "$build/ggml" -name libggml-cpu.a | head -1)
   else lib=$(find "$build" -name "libggml-cpu-$name.a" -not -path "$libdir/*" | head -1); fi
   [ -n "$lib" ] || { echo "cpu-variants: no library for variant $name in $build" >&2; exit 1; }
-  # nm's POSIX format: "symbol type value size"; every defined global one.
-  nm --defined-only -g --format=posix "$lib" | awk -v p="${name}_" 'NF >= 2 && $2 != "U" { print $1, p $1 }' | sort -u >"$tmp/$name.map"
+  # Every defined global symbol (nm's POSIX format: "symbol type value
+  # size"), and every COMDAT group's signature: C++ inline functions and
+  # constructors sit in groups the linker keeps one of by signature, and some
+  # signatures (a constructor's C5 group) are local symbols; left alone, the
+  # first variant's group would be kept and the others' symbols in it lost.
+  { nm --defined-only -g --format=posix "$lib" | awk 'NF >= 2 && $2 != "U" { print $1 }'
+    readelf -gW "$lib" | sed -n "s/^COMDAT group section \[ *[0-9]*\] \`[^']*' \[\(.*\)\] contains.*/\1/p"
+  } | sort -u | awk -v p="${name}_" '{ print $1, p $1 }' >"$tmp/$name.map"
   grep -q '^ggml_backend_cpu_reg ' "$tmp/$name.map" || { echo "cpu-variants: $lib defines no ggml_backend_cpu_reg" >&2; exit 1; }
   grep -q '^ggml_backend_score ' "$tmp/$name.map" || { echo "cpu-variants: $lib defines no ggml_backend_score" >&2; exit 1; }
   objcopy --redefine-syms="$tmp/$name.map" "$lib" "$tmp/$name.a"
