@@ -51,9 +51,13 @@ var decodeConfigs = map[string]llama.ContextParams{
 // with the F16 cache (qwen2, qwen3, gemma2, gemma3 all 4.7e-4 to 8.3e-4) and
 // 1.4e-6 with the F32 cache; the arm64 build (NEON, ARMv8.2 with dot
 // products and F16 arithmetic, make test-arm64's libraries, this test under
-// qemu-aarch64) 6.4e-4 and 2.4e-6. The bounds are 4 to 5 times the largest
-// (the test logs each architecture's largest difference).
-var crossCPUBound = map[string]float64{"default": 4e-3, "f32-no-fattn": 1e-5}
+// qemu-aarch64) 6.4e-4 and 2.4e-6. TestCPUVariantsAgree compares every
+// logit, not a sample, between the portable build's variants on that
+// machine: up to 2.85e-3 (gemma3, AVX-512 against AVX2) and 1.3e-3 (llama,
+// the SSE2 baseline against AVX2) with the F16 cache, 2.8e-6 with the F32
+// cache. The bounds are about 3.5 times the largest (the tests log each
+// architecture's largest difference).
+var crossCPUBound = map[string]float64{"default": 1e-2, "f32-no-fattn": 1e-5}
 
 // decodeLogits runs 12 tokens through the model, 7 in one batch then 5 one
 // at a time (so the cache, the masks and the sliding windows of 4 are all
