@@ -8,8 +8,9 @@
 #                   and run a smoke test under QEMU against this machine's build
 # Pass-through options: GGML_VULKAN=ON (glslc, libvulkan-dev; installed from
 # Debian's packages when run as root), GGML_CUDA=ON (the CUDA toolkit),
-# GGML_BLAS=ON (libopenblas-dev), PORTABLE=1 (no -march=native: the x86-64
-# AVX2 baseline), CMAKE_ARGS=... for anything else. A build with a backend
+# GGML_BLAS=ON (libopenblas-dev), PORTABLE=1 (no -march=native: the release
+# build, one binary for every CPU of the architecture; CPU_VARIANTS below),
+# CMAKE_ARGS=... for anything else. A build with a backend
 # option or PORTABLE=1 keeps its libraries in its own folder (build-vulkan,
 # build-cuda, build-portable, build-vulkan-portable, ...), so the native CPU
 # build in build/ stays; bin/confclip is linked against the last one built.
