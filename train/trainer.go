@@ -50,9 +50,11 @@ type Config struct {
 }
 
 // DefaultConfig is AdamW with lr 1e-4, clipping at 1, token_mean, the
-// micro-batch sized from the model.
+// micro-batch sized from the model, and TRL's ratio clip band [0.8, 1.2]
+// (EpsHigh 0 = EpsLow; pipeline's train.epsilon default). A zero-width band
+// would clip every ratio off exactly 1, by the sign of float noise.
 func DefaultConfig() Config {
-	return Config{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1, LossAgg: TokenMean}
+	return Config{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1, LossAgg: TokenMean, EpsLow: 0.2}
 }
 
 // Example is one completion to learn from.
