@@ -238,3 +238,37 @@ func TestVarComponents(t *testing.T) {
 		t.Errorf("one start: sd starts %g (want NaN), seeds %g", st, se)
 	}
 }
+
+// TestExperimentExamples: the demo's configuration and the experiments of
+// docs/experiment.md load and validate, and the start × seed experiment
+// runs the demo's RL settings from pre-training seeds with the demo's
+// pre-training settings (make demo: --steps 800 --batch 16 --lr 3e-3).
+func TestExperimentExamples(t *testing.T) {
+	load := func(name string) Config {
+		cfg, err := LoadConfig(filepath.Join("..", "examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return cfg
+	}
+	demo := load("demo.toml")
+	load("experiment.toml")
+	starts := load("experiment-starts.toml")
+	if demo.Run.Steps != starts.Run.Steps || demo.Run.PromptsPerStep != starts.Run.PromptsPerStep || demo.Train.LR != starts.Train.LR || demo.Train.Schedule != starts.Train.Schedule {
+		t.Errorf("experiment-starts.toml runs %d steps of %d prompts, lr %g %s; the demo %d of %d, lr %g %s",
+			starts.Run.Steps, starts.Run.PromptsPerStep, starts.Train.LR, starts.Train.Schedule, demo.Run.Steps, demo.Run.PromptsPerStep, demo.Train.LR, demo.Train.Schedule)
+	}
+	e := starts.Experiment
+	if len(e.Starts) < 4 || len(e.Seeds) < 4 || e.PretrainSteps != 800 || e.PretrainBatch != 16 || e.PretrainLR != 3e-3 {
+		t.Errorf("experiment-starts.toml: %d starts × %d seeds, pre-training %d steps of %d, lr %g; want at least 4 × 4 with the demo's 800, 16, 3e-3",
+			len(e.Starts), len(e.Seeds), e.PretrainSteps, e.PretrainBatch, e.PretrainLR)
+	}
+	for _, s := range e.Starts {
+		if s.Path != "" {
+			t.Errorf("experiment-starts.toml: start %q, want pre-training seeds", s.Path)
+		}
+	}
+}
