@@ -58,7 +58,7 @@ func TestExperimentResultsJSON(t *testing.T) {
 				t.Errorf("arm %s: %s = %s, want a number (%v)", name, f, a[f], err)
 			}
 		}
-		for _, f := range []string{"AccAfterCI", "GainCI", "AccAfterStd"} {
+		for _, f := range []string{"AccAfterCI", "GainCI", "SampledCI"} {
 			if string(a[f]) != "null" {
 				t.Errorf("arm %s: %s = %s with one seed, want null", name, f, a[f])
 			}
