@@ -1,28 +1,39 @@
 # confclip: build llama.cpp from the pinned source, then the Go program.
 #   make            llama.cpp static libraries + bin/confclip
-#   make test       all tests
+#   make test       all tests, then test-race, test-stress and lint (below)
 #   make bench      the benchmarks (and the verifier fuzz test)
 #   make bench-gpu  GPU against CPU benchmarks (a GPU build: GGML_VULKAN=ON, GGML_CUDA=ON)
 #   make demo       the self-contained demo
+#   make test-slurm the Slurm job array on a one-node Slurm cluster started here
+#   make test-arm64 cross-build llama.cpp and bin/confclip-arm64 for linux/arm64
+#                   and run a smoke test under QEMU against this machine's build
 # Pass-through options: GGML_VULKAN=ON (glslc, libvulkan-dev; installed from
 # Debian's packages when run as root), GGML_CUDA=ON (the CUDA toolkit),
-# GGML_BLAS=ON (libopenblas-dev), PORTABLE=1 (no -march=native),
-# CMAKE_ARGS=... for anything else. A build with a backend option keeps its
-# libraries in its own folder (build-vulkan, build-cuda, ...), so the CPU
+# GGML_BLAS=ON (libopenblas-dev), PORTABLE=1 (no -march=native: the release
+# build, one binary for every CPU of the architecture; CPU_VARIANTS below),
+# CMAKE_ARGS=... for anything else. A build with a backend
+# option or PORTABLE=1 keeps its libraries in its own folder (build-vulkan,
+# build-cuda, build-portable, build-vulkan-portable, ...), so the native CPU
 # build in build/ stays; bin/confclip is linked against the last one built.
 # docs/gpu.md says more.
 
 SHELL      := /bin/bash
 GO         ?= go
 JOBS       ?= $(shell nproc)
-VARIANT    := $(if $(filter ON,$(GGML_CUDA)),-cuda)$(if $(filter ON,$(GGML_VULKAN)),-vulkan)$(if $(filter ON,$(GGML_BLAS)),-blas)
+PORTABLE   ?= 0
+VARIANT    := $(if $(filter ON,$(GGML_CUDA)),-cuda)$(if $(filter ON,$(GGML_VULKAN)),-vulkan)$(if $(filter ON,$(GGML_BLAS)),-blas)$(if $(filter 1,$(PORTABLE)),-portable)
 BUILD      := build$(VARIANT)
 LIBDIR     := $(BUILD)/lib
 GGML_CUDA  ?= OFF
 GGML_VULKAN ?= OFF
 GGML_BLAS  ?= OFF
-PORTABLE   ?= 0
 NATIVE     := $(if $(filter 1,$(PORTABLE)),OFF,ON)
+# A portable x86-64 build carries ggml's CPU backend once per CPU generation
+# (x86-64 baseline, Haswell, Skylake-X, Ice Lake) and picks the
+# best at start (cmake/cpu-variants.cmake); CPU_VARIANTS=0 builds the AVX2
+# baseline only. CONFCLIP_CPU_VARIANT=NAME forces a variant at run time.
+HOST_ARCH  := $(shell uname -m)
+CPU_VARIANTS ?= $(if $(and $(filter 1,$(PORTABLE)),$(filter x86_64,$(HOST_ARCH))),1,0)
 CMAKE_ARGS ?=
 
 LIBS := $(LIBDIR)/libllama.a $(LIBDIR)/libggml.a $(LIBDIR)/libggml-base.a $(LIBDIR)/libggml-cpu.a
@@ -66,7 +77,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: all llama test test-go bench bench-gpu demo clean distclean cmake vulkan-deps
+.PHONY: all llama test test-race test-stress lint test-go test-slurm test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -98,15 +109,17 @@ third_party/llama.cpp/.stamp: scripts/llama-source.sh $(wildcard third_party/pat
 
 llama: $(LIBS)
 
-$(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt | cmake $(if $(filter ON,$(GGML_VULKAN)),vulkan-deps)
+$(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt cmake/cpu-variants.cmake csrc/cpu-variants.c scripts/cpu-variants.sh | cmake $(if $(filter ON,$(GGML_VULKAN)),vulkan-deps)
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=$(NATIVE) \
-	  -DGGML_CUDA=$(GGML_CUDA) -DGGML_VULKAN=$(GGML_VULKAN) -DGGML_BLAS=$(GGML_BLAS) $(CMAKE_ARGS) >$(BUILD).cmake.log 2>&1 \
+	  -DGGML_CUDA=$(GGML_CUDA) -DGGML_VULKAN=$(GGML_VULKAN) -DGGML_BLAS=$(GGML_BLAS) \
+	  -DCONFCLIP_CPU_VARIANTS=$(if $(filter 1,$(CPU_VARIANTS)),ON,OFF) $(CMAKE_ARGS) >$(BUILD).cmake.log 2>&1 \
 	  || { cat $(BUILD).cmake.log; exit 1; }
 	@echo "llama.cpp: building static libraries in $(BUILD) (a cold build takes a few minutes$(if $(filter ON,$(GGML_VULKAN)),; the Vulkan shaders some more))" >&2
 	@cmake --build $(BUILD) -j $(JOBS) --target llama >$(BUILD).build.log 2>&1 \
 	  || { tail -40 $(BUILD).build.log; echo "llama.cpp build failed: see $(BUILD).build.log" >&2; exit 1; }
 	@mkdir -p $(LIBDIR)
 	@find $(BUILD) -name 'lib*.a' -not -path '$(LIBDIR)/*' -exec cp -f {} $(LIBDIR)/ \;
+	@$(if $(filter 1,$(CPU_VARIANTS)),bash scripts/cpu-variants.sh $(BUILD) $(LIBDIR))
 	@for l in $(LIBS); do [ -f $$l ] || { echo "missing $$l: the llama.cpp build failed" >&2; exit 1; }; done
 
 bin/confclip: $(LIBS) FORCE
@@ -129,6 +142,53 @@ test: $(LIBS)
 	@set -o pipefail; $(GO) test -v $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RUN)' $(PKGS) 2>&1 \
 	  | tee $(BUILD)/test.log | grep -E '^(ok|FAIL|--- FAIL|--- SKIP|panic:)|NOT RUN' \
 	  || { echo; echo "failures (full log in $(BUILD)/test.log):"; grep -A30 -e '--- FAIL' -e '^panic:' $(BUILD)/test.log | head -300; exit 1; }
+	@# The whole suite (PKGS unset) also runs the memory-safety checks.
+	@if [ '$(PKGS)' = './...' ] && [ '$(RUN)' = '.' ]; then $(MAKE) --no-print-directory test-race test-stress lint; fi
+
+# The memory-safety checks (llama's package doc, "The cgo discipline"):
+#   test-race    the race detector over the packages whose goroutines share
+#                state (the server's HTTP handlers and its loop, pipeline's
+#                Model, parallel scoring and verifying, command verifiers);
+#   test-stress  llama's and train's stress tests (GGUF writes, training
+#                evaluations and steps, decodes, adapter swaps, handles dropped
+#                without Close) with the collector running at almost every
+#                allocation (GOGC=1) and cgo's pointer checks on every store
+#                (GOEXPERIMENT=cgocheck2, which rebuilds the standard library
+#                once into the build cache);
+#   lint         golangci-lint (errcheck, govet, staticcheck; .golangci.yml),
+#                a pinned version installed into bin/tools.
+RACE_PKGS     ?= ./server ./verifiers ./dataset
+# pipeline under -race: the tests of its concurrent parts (scoring and
+# verifying in parallel, the Model's adapter shared with the server's
+# handlers); its whole suite (training runs, plots) takes over 10 minutes
+# under the race detector on 2 cores.
+RACE_PIPELINE ?= TestLoadAdapterRollsBack|TestAdapterPathRaceFree|TestScore|TestVerifyFile|TestEvaluateCountsFailedPrompts|TestTeacherForceFileMatchesRollout|TestRolloutResumeChecksProvenance
+STRESS_ROUNDS ?= 40
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+test-race: $(LIBS)
+	$(GO) test -race $(GOFLAGS_LD) -count=1 -timeout 20m $(RACE_PKGS)
+	$(GO) test -race $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RACE_PIPELINE)' ./pipeline
+
+test-stress: $(LIBS)
+	GOGC=1 GOEXPERIMENT=cgocheck2 CONFCLIP_STRESS_ROUNDS=$(STRESS_ROUNDS) \
+	  $(GO) test $(GOFLAGS_LD) -count=1 -timeout 15m -run '^TestStress' ./llama ./train
+
+$(GOLANGCI_LINT):
+	@mkdir -p bin/tools
+	GOBIN=$(CURDIR)/bin/tools $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv bin/tools/golangci-lint $@
+
+lint: $(LIBS) $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+
+# deploy/slurm/score-array.sh as a 3-task array on a one-node Slurm cluster
+# that the script starts (and stops) itself, installing slurm-wlm and munge
+# from Debian's packages when missing (as root); the merged output must equal
+# one process's (scripts/test-slurm.sh).
+test-slurm: bin/confclip
+	@bash scripts/test-slurm.sh
 
 # Pure-Go benchmarks run for the usual second each; the model benchmarks
 # (llama.cpp against C loops, batching, training against forward) a few
@@ -138,17 +198,72 @@ test: $(LIBS)
 # in a child process, which must not crash; minimising a new corpus entry is
 # kept short, since each try that passes the pre-check costs a child process).
 GGUF_FUZZTIME ?= 10m
+# Last, scripts/mutants.go: MUTANTS mutated copies of stories260K and of
+# generated qwen2 and gemma3 models through inspect and rollout.
+MUTANTS ?= 300
 # The training benchmark runs bin/confclip train for its peak memory.
 bench: $(LIBS) bin/confclip
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -fuzz FuzzPrecheckGGUF -fuzztime $(GGUF_FUZZTIME) -fuzzminimizetime 5s ./llama
+	bin/confclip gen-model --arch qwen2 -o build/mutants-qwen2.gguf
+	bin/confclip gen-model --arch gemma3 -o build/mutants-gemma3.gguf
+	$(GO) run scripts/mutants.go -n $(MUTANTS) -bin bin/confclip -keep build/mutants \
+		-model ../shared/models/stories260K.gguf,build/mutants-qwen2.gguf,build/mutants-gemma3.gguf
 
 # GPU against CPU: rollouts and training steps with every layer on the first
 # GPU against the CPU, in one run each (scripts/gpu-check.sh).
 bench-gpu: $(LIBS)
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench BenchmarkGPU -benchtime 3x -timeout 30m ./rollout ./train
+
+# linux/arm64 (the NEON kernels Apple Silicon and arm64 servers get): llama.cpp
+# and bin/confclip-arm64 cross-built with Debian's gcc-aarch64-linux-gnu (Go
+# cross-compiles cgo given CC), run under qemu-user-static by
+# cmd/confclip's TestCrossBuild: version, a rollout on a generated model, a
+# training step, and teacher-forced log-probs against this machine's build on
+# the same records (the largest difference printed, held to a bound).
+# ARM64_ARCH is the -march of the kernels: ARMv8.2 with dot products and F16
+# arithmetic, the features every Apple Silicon chip has.
+ARM64_BUILD := build-arm64
+ARM64_LIBS  := $(addprefix $(ARM64_BUILD)/lib/,libllama.a libggml.a libggml-base.a libggml-cpu.a)
+ARM64_ARCH  ?= armv8.2-a+dotprod+fp16
+QEMU_ARM64  := qemu-aarch64-static -L /usr/aarch64-linux-gnu
+
+arm64-deps:
+	@pkgs=""; \
+	command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || pkgs="$$pkgs gcc-aarch64-linux-gnu"; \
+	command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || pkgs="$$pkgs g++-aarch64-linux-gnu"; \
+	command -v qemu-aarch64-static >/dev/null 2>&1 || pkgs="$$pkgs qemu-user-static"; \
+	[ -z "$$pkgs" ] && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "arm64: installing$$pkgs from Debian's packages" >&2; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs >/dev/null) || exit 1; \
+	else echo "the arm64 build needs$$pkgs: install them (for example: sudo apt-get install$$pkgs)" >&2; exit 1; fi
+
+$(ARM64_LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt | cmake arm64-deps
+	@cmake -S . -B $(ARM64_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
+	  -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
+	  -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=$(ARM64_ARCH) $(CMAKE_ARGS) >$(ARM64_BUILD).cmake.log 2>&1 \
+	  || { cat $(ARM64_BUILD).cmake.log; exit 1; }
+	@echo "llama.cpp: cross-building static libraries for arm64 in $(ARM64_BUILD) (a cold build takes a few minutes)" >&2
+	@cmake --build $(ARM64_BUILD) -j $(JOBS) --target llama >$(ARM64_BUILD).build.log 2>&1 \
+	  || { tail -40 $(ARM64_BUILD).build.log; echo "llama.cpp arm64 build failed: see $(ARM64_BUILD).build.log" >&2; exit 1; }
+	@mkdir -p $(ARM64_BUILD)/lib
+	@find $(ARM64_BUILD) -name 'lib*.a' -not -path '$(ARM64_BUILD)/lib/*' -exec cp -f {} $(ARM64_BUILD)/lib/ \;
+
+bin/confclip-arm64: $(ARM64_LIBS) FORCE
+	@mkdir -p bin
+	GOOS=linux GOARCH=arm64 CC=aarch64-linux-gnu-gcc CXX=aarch64-linux-gnu-g++ \
+	  CGO_LDFLAGS="-L$(CURDIR)/$(ARM64_BUILD)/lib -Wl,--start-group -lllama -lggml -lggml-cpu -lggml-base -Wl,--end-group" \
+	  $(GO) build -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$$(cat $(ARM64_LIBS) | sha256sum | cut -c1-16)" \
+	  -o bin/confclip-arm64 ./cmd/confclip
+
+test-arm64: $(LIBS) bin/confclip-arm64
+	@set -o pipefail; CONFCLIP_CROSS="$(QEMU_ARM64) $(CURDIR)/bin/confclip-arm64" \
+	  $(GO) test -v $(GOFLAGS_LD) -count=1 -timeout 20m -run '^TestCrossBuild$$' ./cmd/confclip 2>&1 | tee $(ARM64_BUILD)/test.log \
+	  | grep -E '^(ok|FAIL|--- |panic:)|NOT RUN|largest|    cross_test' ; \
+	  grep -q -e '--- PASS: TestCrossBuild' $(ARM64_BUILD)/test.log || { echo "TestCrossBuild did not pass: $(ARM64_BUILD)/test.log" >&2; exit 1; }
 
 # The demo: a synthetic word-problem task, a small model trained for it from
 # scratch with llama.cpp's training code (kept in build/demo: delete it to

@@ -8,7 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // MaxLineBytes bounds one JSONL line (64 MiB); longer lines are an error.
@@ -148,28 +149,27 @@ func ReadFile[T any](path string, skipBad bool) (recs []T, lines []int, skipped 
 // written output file. Each record is one complete line.
 type Writer struct {
 	path string
-	tmp  *os.File
+	f    *atomicfile.File
 	bw   *bufio.Writer
 	n    int
 }
 
-// Create starts writing path (through a temporary file in the same folder).
+// Create starts writing path (through a temporary file beside it, see
+// internal/atomicfile for links, devices and modes).
 func Create(path string) (*Writer, error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	return &Writer{path: path, tmp: tmp, bw: bufio.NewWriterSize(tmp, 1<<20)}, nil
+	return &Writer{path: path, f: f, bw: bufio.NewWriterSize(f, 1<<20)}, nil
 }
 
 // Write appends one record as one line.
 func (w *Writer) Write(v any) error {
-	b, err := json.Marshal(v)
+	b, err := line(v)
 	if err != nil {
 		return fmt.Errorf("%s: encoding record %d: %w", w.path, w.n+1, err)
 	}
-	b = append(b, '\n')
 	if _, err := w.bw.Write(b); err != nil {
 		return fmt.Errorf("%s: %w", w.path, err)
 	}
@@ -186,26 +186,11 @@ func (w *Writer) Commit() error {
 		w.Abort()
 		return fmt.Errorf("%s: %w", w.path, err)
 	}
-	if err := w.tmp.Sync(); err != nil {
-		w.Abort()
-		return fmt.Errorf("%s: %w", w.path, err)
-	}
-	if err := w.tmp.Close(); err != nil {
-		os.Remove(w.tmp.Name())
-		return fmt.Errorf("%s: %w", w.path, err)
-	}
-	if err := os.Rename(w.tmp.Name(), w.path); err != nil {
-		os.Remove(w.tmp.Name())
-		return err
-	}
-	return nil
+	return w.f.Commit()
 }
 
 // Abort throws the temporary file away; the target is left as it was.
-func (w *Writer) Abort() {
-	w.tmp.Close()
-	os.Remove(w.tmp.Name())
-}
+func (w *Writer) Abort() { w.f.Abort() }
 
 // Appender appends whole lines to a file that is kept (used by resumable
 // stages such as rollout). Each Write is a single write(2) of a complete line,
@@ -231,11 +216,11 @@ func OpenAppend(path string) (*Appender, error) {
 
 // Write appends one record as one line.
 func (a *Appender) Write(v any) error {
-	b, err := json.Marshal(v)
+	b, err := line(v)
 	if err != nil {
 		return fmt.Errorf("%s: %w", a.path, err)
 	}
-	return a.write(append(b, '\n'))
+	return a.write(b)
 }
 
 // write appends b in one write(2). A short write (a full disk, a file size
@@ -263,14 +248,26 @@ func (a *Appender) write(b []byte) error {
 func (a *Appender) WriteLines(vs []any) error {
 	var buf bytes.Buffer
 	for _, v := range vs {
-		b, err := json.Marshal(v)
+		b, err := line(v)
 		if err != nil {
 			return fmt.Errorf("%s: %w", a.path, err)
 		}
 		buf.Write(b)
-		buf.WriteByte('\n')
 	}
 	return a.write(buf.Bytes())
+}
+
+// line encodes one record as a JSON line. Text stays as written: `<`, `>`
+// and `&` are not escaped to \u003c and the like (HTML escaping is for
+// JSON embedded in HTML; prompts and completions hold such characters).
+func line(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // Close closes the file.

@@ -91,3 +91,21 @@ func TestOverLongLineNotBuffered(t *testing.T) {
 		t.Fatalf("reading two 8 MiB lines with a 1 KiB limit allocated %d bytes", grown)
 	}
 }
+
+// TestWriterKeepsText: records are written as their text reads, without
+// HTML escaping (`<|im_start|>` stays, not \u003c|im_start|\u003e).
+func TestWriterKeepsText(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.jsonl")
+	w, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(Prompt{ID: "a", Prompt: "<|im_start|>user a & b", Answer: "x > 1"})
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), `"<|im_start|>user a & b"`) || !strings.Contains(string(b), `"x > 1"`) || strings.Count(string(b), "\n") != 1 {
+		t.Errorf("written: %s", b)
+	}
+}

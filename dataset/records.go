@@ -87,24 +87,32 @@ const (
 // Text only (no tokens, no log-probs); scoring then needs a model for
 // confidence-based rewards.
 type Rollout struct {
-	Schema           string    `json:"schema,omitempty"`
-	PromptID         string    `json:"prompt_id"`
-	Prompt           string    `json:"prompt"`
-	Answer           string    `json:"answer"`
-	Verifier         string    `json:"verifier,omitempty"`
-	Sample           int       `json:"sample"`
-	Seed             uint64    `json:"seed"`
-	PromptTokens     []int32   `json:"prompt_tokens,omitempty"`
-	Tokens           []int32   `json:"tokens,omitempty"`
-	Text             string    `json:"text"`
-	Logprobs         []float64 `json:"logprobs,omitempty"`
-	SamplingLogprobs []float64 `json:"sampling_logprobs,omitempty"`
-	Entropies        []float64 `json:"entropies,omitempty"`
-	Finish           string    `json:"finish,omitempty"`
-	Timing           *Timing   `json:"timing,omitempty"`
+	Schema   string `json:"schema,omitempty"`
+	PromptID string `json:"prompt_id"`
+	Prompt   string `json:"prompt"`
+	Answer   string `json:"answer"`
+	Verifier string `json:"verifier,omitempty"`
+	// Messages are the prompt's messages as the user gave them (Prompt is
+	// their rendering); Meta carries the prompt's other fields (verl's
+	// data_source and extra_info, any unknown field) to the exports.
+	Messages         []Message      `json:"messages,omitempty"`
+	Meta             map[string]any `json:"meta,omitempty"`
+	Sample           int            `json:"sample"`
+	Seed             uint64         `json:"seed"`
+	PromptTokens     []int32        `json:"prompt_tokens,omitempty"`
+	Tokens           []int32        `json:"tokens,omitempty"`
+	Text             string         `json:"text"`
+	Logprobs         []float64      `json:"logprobs,omitempty"`
+	SamplingLogprobs []float64      `json:"sampling_logprobs,omitempty"`
+	Entropies        []float64      `json:"entropies,omitempty"`
+	Finish           string         `json:"finish,omitempty"`
+	Timing           *Timing        `json:"timing,omitempty"`
 	// TokenOffsets[i] is the byte offset in Text where token i's piece starts;
 	// it maps a verifier's answer span onto tokens (confidence scope "answer").
 	TokenOffsets []int `json:"token_offsets,omitempty"`
+	// Worker is the remote worker (its endpoint) that sampled the record,
+	// in `run` with [rollout] endpoints; "" for the local engine.
+	Worker string `json:"worker,omitempty"`
 }
 
 // VerifierResult is what a verifier said about one completion.
@@ -157,4 +165,8 @@ type TrainExample struct {
 	Prompt     string `json:"prompt" parquet:"prompt"`
 	Completion string `json:"completion" parquet:"completion"`
 	Answer     string `json:"answer" parquet:"answer"`
+	// Messages and Meta are the prompt's, as the rollout carried them
+	// (JSONL exports keep them; the layouts map them to their columns).
+	Messages []Message      `json:"messages,omitempty" parquet:"-"`
+	Meta     map[string]any `json:"meta,omitempty" parquet:"-"`
 }

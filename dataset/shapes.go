@@ -171,7 +171,7 @@ func ReadPrompts(path string, m FieldMap, skipBad bool) (PromptFile, error) {
 	pf.Shape = fmt.Sprintf("read as %s %s: %s", sh.name, kind, describe(sh.m))
 	for i, row := range rows {
 		p, fromLine, err := sh.prompt(row, lines[i])
-		if err == nil {
+		if err == nil && badText[i] != "" {
 			p.BadText = badText[i]
 		}
 		if err != nil {
@@ -229,7 +229,7 @@ func chooseShape(path string, first map[string]any, m FieldMap) (shape, error) {
 		cands = append(cands, fmt.Sprintf("%s (%s)", s.name, s.needs))
 	}
 	return shape{}, fmt.Errorf("%s: the first record's fields [%s] fit no known prompt shape; the shapes are: %s; "+
-		"or name the fields with --map prompt=FIELD,answer=FIELD (or [data.map] in the config)",
+		"or name the fields with --map prompt=FIELD,answer=FIELD (or map = \"...\" under [data] in the config)",
 		path, fieldList(first), strings.Join(cands, "; "))
 }
 
@@ -288,7 +288,9 @@ func (sh shape) prompt(r map[string]any, line int) (p Prompt, fromLine bool, err
 		break
 	}
 	if p.Prompt == "" && len(p.Messages) == 0 {
-		return p, false, fmt.Errorf("empty prompt (no text in %s)", orJoin(sh.m.Messages, sh.m.Prompt))
+		// A bad prompt, not a bad file (docs/rollout.md): the engine reports
+		// it for this prompt only, and eval counts it as wrong.
+		p.BadText = fmt.Sprintf("empty prompt (no text in %s)", orJoin(sh.m.Messages, sh.m.Prompt))
 	}
 	if p.Answer, err = sh.answer(r); err != nil {
 		return p, false, err
@@ -298,11 +300,9 @@ func (sh shape) prompt(r map[string]any, line int) (p Prompt, fromLine bool, err
 			p.Verifier = v
 		}
 	}
-	if meta, ok := r["meta"].(map[string]any); ok && sh.name == "confclip" {
-		p.Meta = meta
-	} else if sh.name != "confclip" {
-		p.Meta = extraFields(r, sh.m)
-	}
+	// Fields the shape does not map go under meta (verl's data_source and
+	// extra_info, a user's own), so that the exports can carry them.
+	p.Meta = extraFields(r, sh.m)
 	return p, fromLine, nil
 }
 
@@ -370,6 +370,11 @@ func (sh shape) answer(r map[string]any) (string, error) {
 func answerText(v any) (string, error) {
 	switch x := v.(type) {
 	case []any:
+		if len(x) > 0 {
+			if _, ok := x[0].(map[string]any); !ok {
+				return "", fmt.Errorf("a list of %ss: want text, a number, or a list of {role, content} messages", typeName(x[0]))
+			}
+		}
 		ms, err := messages(x)
 		if err != nil {
 			return "", err
@@ -426,8 +431,11 @@ func extraFields(r map[string]any, m FieldMap) map[string]any {
 	used := map[string]bool{}
 	for _, p := range []string{m.ID, m.Prompt, m.Messages, m.Answer, m.Verifier} {
 		p, _, _ = strings.Cut(p, ":")
-		p, _, _ = strings.Cut(p, ".")
-		used[p] = true
+		// A field read in part (extra_info.index) is kept whole: verl's
+		// extra_info goes to the exports as given.
+		if !strings.Contains(p, ".") {
+			used[p] = true
+		}
 	}
 	if m.Answer == "" {
 		for _, k := range trlAnswers {
@@ -436,7 +444,7 @@ func extraFields(r map[string]any, m FieldMap) map[string]any {
 	}
 	var meta map[string]any
 	for k, v := range r {
-		if used[k] || k == "meta" {
+		if used[k] || k == "meta" || k == "schema" {
 			continue
 		}
 		if meta == nil {
@@ -643,8 +651,8 @@ func readRowsOf(path string, skipBad bool) (rows []map[string]any, lines []int, 
 	}
 	defer f.Close()
 	head := make([]byte, 4)
-	n, _ := io.ReadFull(f, head)
-	if n == 4 && bytes.Equal(head, []byte("PAR1")) {
+	// A file shorter than the magic is not Parquet (ReadFull's error).
+	if _, err := io.ReadFull(f, head); err == nil && bytes.Equal(head, []byte("PAR1")) {
 		rows, err := ReadParquetRows(path)
 		if err != nil {
 			return nil, nil, "", nil, nil, err

@@ -295,8 +295,9 @@ func TestDockerfiles(t *testing.T) {
 			t.Errorf("%s: no build stage installs cmake and runs make bin/confclip", path)
 		}
 		last := stages[len(stages)-1]
-		if len(last.copies) != 1 || !strings.HasPrefix(last.copies[0], "--from=build ") || !strings.Contains(last.copies[0], "/bin/confclip ") {
-			t.Errorf("%s: the runtime stage copies %q, want the binary from the build stage only", path, last.copies)
+		if len(last.copies) != 2 || !strings.HasPrefix(last.copies[0], "--from=build ") || !strings.Contains(last.copies[0], "/bin/confclip ") ||
+			last.copies[1] != "--from=build /src/LICENSE /src/THIRD_PARTY_NOTICES /usr/share/doc/confclip/" {
+			t.Errorf("%s: the runtime stage copies %q, want the binary and the licences (LICENSE, THIRD_PARTY_NOTICES) from the build stage only", path, last.copies)
 		}
 		if strings.Contains(strings.Join(last.runs, " "), "cmake") || strings.Contains(last.from, "golang") || strings.Contains(last.from, "devel") {
 			t.Errorf("%s: the runtime stage (FROM %s) carries build tools", path, last.from)

@@ -42,6 +42,23 @@ var decodeConfigs = map[string]llama.ContextParams{
 	"f32-no-fattn": {NCtx: 256, Threads: 2, TypeK: "f32", TypeV: "f32", FlashAttn: "off"},
 }
 
+// crossCPUBound is how far a sampled logit may be from the recorded one
+// (absolute, relative above 1) when the test runs on other CPU features than
+// the recording's: other ggml kernels (AVX2, AVX-512, NEON) sum in other
+// orders and round F16 differently, so only bits on the same CPU are promised.
+// Measured against the file's AVX2 recording, largest difference over the 7
+// architectures: the AVX-512 build (AMD EPYC Zen 4, GGML_NATIVE=ON) 8.3e-4
+// with the F16 cache (qwen2, qwen3, gemma2, gemma3 all 4.7e-4 to 8.3e-4) and
+// 1.4e-6 with the F32 cache; the arm64 build (NEON, ARMv8.2 with dot
+// products and F16 arithmetic, make test-arm64's libraries, this test under
+// qemu-aarch64) 6.4e-4 and 2.4e-6. TestCPUVariantsAgree compares every
+// logit, not a sample, between the portable build's variants on that
+// machine: up to 2.85e-3 (gemma3, AVX-512 against AVX2) and 1.3e-3 (llama,
+// the SSE2 baseline against AVX2) with the F16 cache, 2.8e-6 with the F32
+// cache. The bounds are about 3.5 times the largest (the tests log each
+// architecture's largest difference).
+var crossCPUBound = map[string]float64{"default": 1e-2, "f32-no-fattn": 1e-5}
+
 // decodeLogits runs 12 tokens through the model, 7 in one batch then 5 one
 // at a time (so the cache, the masks and the sliding windows of 4 are all
 // exercised), and returns the logits of every position.
@@ -133,7 +150,7 @@ func TestDecodeUnchanged(t *testing.T) {
 	}
 	sameCPU := want.CPU == got.CPU
 	if !sameCPU {
-		t.Logf("recorded on %q, running on %q: comparing sampled logits within 1e-4, not bits", want.CPU, got.CPU)
+		t.Logf("recorded on %q, running on %q: comparing sampled logits within the cross-CPU bounds, not bits", want.CPU, got.CPU)
 	}
 	for _, arch := range modelgen.Archs {
 		for name := range decodeConfigs {
@@ -149,11 +166,20 @@ func TestDecodeUnchanged(t *testing.T) {
 				}
 				continue
 			}
+			if len(g.Sample) != len(w.Sample) {
+				t.Errorf("%s, %s decoding: %d sampled logits, recorded %d", arch, name, len(g.Sample), len(w.Sample))
+				continue
+			}
+			worst, at := 0.0, 0
 			for k := range w.Sample {
-				if d := math.Abs(float64(g.Sample[k] - w.Sample[k])); d > 1e-4*math.Max(1, math.Abs(float64(w.Sample[k]))) {
-					t.Errorf("%s, %s decoding: sampled logit %d is %g, recorded %g", arch, name, k, g.Sample[k], w.Sample[k])
-					break
+				d := math.Abs(float64(g.Sample[k]-w.Sample[k])) / math.Max(1, math.Abs(float64(w.Sample[k])))
+				if d > worst || math.IsNaN(d) {
+					worst, at = d, k
 				}
+			}
+			t.Logf("%s, %s decoding: largest difference %.3g (sampled logit %d: %g, recorded %g)", arch, name, worst, at, g.Sample[at], w.Sample[at])
+			if bound := crossCPUBound[name]; worst > bound || math.IsNaN(worst) {
+				t.Errorf("%s, %s decoding: sampled logit %d is %g, recorded %g: difference %.3g over the cross-CPU bound %g", arch, name, at, g.Sample[at], w.Sample[at], worst, bound)
 			}
 		}
 	}

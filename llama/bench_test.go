@@ -163,3 +163,110 @@ func BenchmarkGoAgainstC(b *testing.B) {
 	fmt.Printf("prefill: Go %.1f tokens/s, C %.1f tokens/s, median pair ratio Go/C %.3f; decode: Go %.1f tokens/s, C %.1f tokens/s, median pair ratio Go/C %.3f (%d pairs)\n",
 		goPrefill, cPrefill, testutil.Median(preRatios), goDecode, cDecode, testutil.Median(decRatios), len(decRatios))
 }
+
+// BenchmarkAdapterSwap compares the two ways to make a context use a new
+// adapter, in one run: in place (ClearAdapters and SetAdapter, which patch
+// 0003 makes take effect by disabling the reuse of the previous graph) and
+// rebuilt (Close the context and make a new one, what the rollout engine did
+// before patch 0003). Each iteration swaps between two adapters and decodes a
+// 16-token prompt on a context of 512 tokens x 8 sequences (a rollout
+// engine's size), the decode that must see the new adapter. It reports
+// both median times per swap and their ratio (rebuilt / in place).
+func BenchmarkAdapterSwap(b *testing.B) {
+	m, err := llama.LoadModel(tinyPath, llama.ModelParams{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	var ads [2]*llama.Adapter
+	for i := range ads {
+		p := filepath.Join(b.TempDir(), "a.gguf")
+		w := llama.NewGGUFWriter()
+		// An adapter over every attention matrix of the tiny model, by
+		// its own tensor names.
+		w.SetString("general.type", "adapter")
+		w.SetString("general.architecture", m.Architecture())
+		w.SetString("adapter.type", "lora")
+		w.SetFloat32("adapter.lora.alpha", 4)
+		for l := 0; l < m.Info().Layers; l++ {
+			for _, t := range []string{"attn_q", "attn_k", "attn_v", "attn_output"} {
+				name := fmt.Sprintf("blk.%d.%s.weight", l, t)
+				shape, err := m.WeightShape(name)
+				if err != nil {
+					b.Fatal(err)
+				}
+				fill := func(n int64) []float32 {
+					v := make([]float32, n)
+					for k := range v {
+						v[k] = float32((k+i)%7-3) * 0.01
+					}
+					return v
+				}
+				w.AddTensorF32(name+".lora_a", []int64{shape[0], 2}, fill(shape[0]*2))
+				w.AddTensorF32(name+".lora_b", []int64{2, shape[1]}, fill(2*shape[1]))
+			}
+		}
+		if err := w.WriteFile(p); err != nil {
+			b.Fatal(err)
+		}
+		w.Close()
+		if ads[i], err = llama.LoadAdapter(m, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cp := llama.ContextParams{NCtx: 512, NSeqMax: 8, Threads: 2}
+	toks := make([]llama.Token, 16)
+	for i := range toks {
+		toks[i] = llama.Token(3 + i)
+	}
+	batch := llama.NewBatch(len(toks), 1)
+	defer batch.Close()
+	for i, t := range toks {
+		batch.Add(t, i, []int{0}, i == len(toks)-1)
+	}
+	swap := func(c *llama.Context, i int) {
+		c.ClearAdapters()
+		if err := c.SetAdapter(ads[i%2], 1); err != nil {
+			b.Fatal(err)
+		}
+		c.ClearKV()
+		if err := c.Decode(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var inPlace, rebuilt []float64 // seconds per swap
+	c, err := llama.NewContext(m, cp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	inPlaceSwap := func(i int) {
+		t0 := time.Now()
+		swap(c, i)
+		inPlace = append(inPlace, time.Since(t0).Seconds())
+	}
+	rebuiltSwap := func(i int) {
+		t0 := time.Now()
+		c.Close()
+		if c, err = llama.NewContext(m, cp); err != nil {
+			b.Fatal(err)
+		}
+		swap(c, i)
+		rebuilt = append(rebuilt, time.Since(t0).Seconds())
+	}
+	// Alternate which goes first, so that neither always follows the other.
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			inPlaceSwap(i)
+			rebuiltSwap(i + 1)
+		} else {
+			rebuiltSwap(i)
+			inPlaceSwap(i + 1)
+		}
+	}
+	c.Close()
+	// Medians: on a shared machine a few swaps take many times the rest.
+	ip, rb := testutil.Median(inPlace), testutil.Median(rebuilt)
+	b.ReportMetric(ip*1e6, "in-place_µs/swap")
+	b.ReportMetric(rb*1e6, "rebuilt_µs/swap")
+	b.ReportMetric(rb/ip, "ratio")
+}

@@ -32,23 +32,42 @@ type ContextParams struct {
 }
 
 // Context is a model's inference state: the KV cache and the compute
-// buffers. It is used by one goroutine at a time.
+// buffers. It is used by one goroutine at a time. It holds its model and the
+// adapters set on it, so neither is freed while it lives.
 type Context struct {
-	model   *Model // kept alive as long as the context
-	c       *C.struct_llama_context
-	nctx    int
-	nbat    int
-	nseq    int
-	prof    *profState // nil unless ContextParams.Profile
+	model *Model // kept alive as long as the context
+	r     *ctxRes
+	nctx  int
+	nbat  int
+	nseq  int
+	// cleanup frees r when the context is dropped without Close.
 	cleanup runtime.Cleanup
 }
 
-// ctxState is what a context's cleanup frees: the context, then (by
-// holding it until then) its model.
-type ctxState struct {
-	c *C.struct_llama_context
-	m *Model
-	p *profState
+// ctxRes is a context's C side. The context's Close, its cleanup and its
+// model's Close free it, whichever comes first, under lifeMu. It holds the
+// model and the adapters set on the context (not the Context itself, which
+// would then never become unreachable).
+type ctxRes struct {
+	c        *C.struct_llama_context
+	prof     *profState // nil unless ContextParams.Profile
+	m        *Model
+	adapters map[*Adapter]float32
+}
+
+// free frees the C context once (lifeMu held).
+func (r *ctxRes) free() {
+	if r.c == nil {
+		return
+	}
+	C.llama_free(r.c)
+	C.free(unsafe.Pointer(r.prof))
+	r.c, r.prof = nil, nil
+	for a := range r.adapters {
+		delete(a.r.users, r)
+	}
+	r.adapters = nil
+	delete(r.m.ctxs, r)
 }
 
 var kvTypes = map[string]C.enum_ggml_type{
@@ -60,11 +79,12 @@ var kvTypes = map[string]C.enum_ggml_type{
 // NewContext creates a context for the model.
 func NewContext(m *Model, p ContextParams) (*Context, error) {
 	if m == nil || m.m == nil {
-		return nil, errors.New("llama: NewContext on a closed model")
+		return nil, fmt.Errorf("llama: NewContext: %w", ErrClosed)
 	}
 	if m.vocabOnly {
 		return nil, fmt.Errorf("%s: loaded vocab-only; a context needs the weights", m.path)
 	}
+	defer runtime.KeepAlive(m)
 	if p.TrainingGraphs && m.repacked {
 		// ggml's scheduler would abort: no backend runs the backward
 		// product (OUT_PROD) on a repacked weight.
@@ -139,26 +159,55 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 		C.free(unsafe.Pointer(prof))
 		return nil, fmt.Errorf("llama: %s", because("creating the context failed", msg))
 	}
-	ctx := &Context{model: m, c: c, nctx: int(C.llama_n_ctx(c)), nbat: int(C.llama_n_batch(c)), nseq: p.NSeqMax, prof: prof}
-	ctx.cleanup = runtime.AddCleanup(ctx, func(s ctxState) { C.llama_free(s.c); C.free(unsafe.Pointer(s.p)) }, ctxState{c, m, prof})
+	r := &ctxRes{c: c, prof: prof, m: m, adapters: map[*Adapter]float32{}}
+	lifeMu.Lock()
+	m.ctxs[r] = struct{}{}
+	lifeMu.Unlock()
+	ctx := &Context{model: m, r: r, nctx: int(C.llama_n_ctx(c)), nbat: int(C.llama_n_batch(c)), nseq: p.NSeqMax}
+	ctx.cleanup = runtime.AddCleanup(ctx, freeCtx, r)
 	return ctx, nil
 }
 
-// Close frees the context. It is safe to call twice; the methods of a
+func freeCtx(r *ctxRes) {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	r.free()
+}
+
+// Close frees the context (and lets go of its adapters). It is safe to call
+// twice, and after its model's Close (which closed it); the methods of a
 // closed context return ErrClosed (or do nothing where they return no
 // error).
 func (c *Context) Close() error {
-	if c.c != nil {
-		c.cleanup.Stop()
-		C.llama_free(c.c)
-		c.c = nil
-		C.free(unsafe.Pointer(c.prof))
-		c.prof = nil
+	if c == nil || c.r == nil {
+		return nil
 	}
+	c.cleanup.Stop()
+	freeCtx(c.r)
 	return nil
 }
 
-func (c *Context) closed() bool { return c == nil || c.c == nil || c.model.closed() }
+func (c *Context) closed() bool { return c == nil || c.r == nil || c.r.c == nil }
+
+// with runs f on the open context and keeps the context (hence its model and
+// adapters) alive until f returns; on a closed context it returns ErrClosed
+// and f never runs.
+func (c *Context) with(f func(*C.struct_llama_context)) error {
+	defer runtime.KeepAlive(c)
+	if c.closed() {
+		return ErrClosed
+	}
+	f(c.r.c)
+	return nil
+}
+
+// do is with for the methods that return no error: on a closed context f
+// does not run, and the method returns its zero value.
+func (c *Context) do(f func(*C.struct_llama_context)) {
+	if err := c.with(f); err != nil {
+		return
+	}
+}
 
 // Model is the context's model.
 func (c *Context) Model() *Model { return c.model }
@@ -174,13 +223,10 @@ func (c *Context) NSeqMax() int { return c.nseq }
 
 // SetThreads changes the thread count.
 func (c *Context) SetThreads(n int) {
-	if c.closed() {
-		return
-	}
 	if n <= 0 {
 		n = DefaultThreads()
 	}
-	C.llama_set_n_threads(c.c, C.int32_t(n), C.int32_t(n))
+	c.do(func(cc *C.struct_llama_context) { C.llama_set_n_threads(cc, C.int32_t(n), C.int32_t(n)) })
 }
 
 // ErrNoKVSlot is returned by Decode when the KV cache has no room for the
@@ -190,6 +236,7 @@ var ErrNoKVSlot = errors.New("llama: the KV cache is full (context too small for
 // Decode runs the model on a batch. The batch is checked first (token ids,
 // sequence ids, positions), since llama.cpp aborts on some invalid input.
 func (c *Context) Decode(b *Batch) error {
+	defer runtime.KeepAlive(b)
 	if b.err != nil {
 		return b.err
 	}
@@ -202,7 +249,6 @@ func (c *Context) Decode(b *Batch) error {
 	if b.n > c.nbat {
 		return fmt.Errorf("llama: batch of %d tokens exceeds the context's batch size %d", b.n, c.nbat)
 	}
-	c.profStart()
 	nv := int32(c.model.nv)
 	toks := unsafe.Slice(b.b.token, b.n)
 	pos := unsafe.Slice(b.b.pos, b.n)
@@ -221,8 +267,12 @@ func (c *Context) Decode(b *Batch) error {
 			}
 		}
 	}
+	c.profStart()
 	var rc C.int32_t
-	msg := call(func() { rc = C.llama_decode(c.c, b.b) })
+	var msg string
+	if err := c.with(func(cc *C.struct_llama_context) { msg = call(func() { rc = C.llama_decode(cc, b.b) }) }); err != nil {
+		return err
+	}
 	switch {
 	case rc == 0:
 		return nil
@@ -237,58 +287,72 @@ func (c *Context) Decode(b *Batch) error {
 
 // Logits returns the logits row of batch index i of the last Decode (the
 // index must have been added with logits=true). The slice points into
-// llama.cpp's buffer without copying: it is valid until the next Decode.
+// llama.cpp's buffer without copying (the rollout engine reads a row per
+// token): it is valid until the next Decode or Close of the context, and it
+// does not keep the context alive, so the caller must hold the context while
+// it reads the slice. CopyLogits copies the row out instead.
 func (c *Context) Logits(i int) ([]float32, error) {
-	if c.closed() {
-		return nil, ErrClosed
-	}
 	var p *C.float
-	msg := call(func() { p = C.llama_get_logits_ith(c.c, C.int32_t(i)) })
+	var msg string
+	if err := c.with(func(cc *C.struct_llama_context) { msg = call(func() { p = C.llama_get_logits_ith(cc, C.int32_t(i)) }) }); err != nil {
+		return nil, err
+	}
 	if p == nil {
 		return nil, fmt.Errorf("llama: %s", because(fmt.Sprintf("no logits for batch index %d", i), msg))
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(p)), c.model.nv), nil
 }
 
-// SeqRemove removes sequence seq's cells at positions [p0, p1) (p1 < 0: to
-// the end; seq < 0: every sequence).
-func (c *Context) SeqRemove(seq, p0, p1 int) bool {
-	if c.closed() {
-		return false
+// CopyLogits copies the logits row of batch index i of the last Decode into
+// dst (len(dst) == NVocab of the model) while the context is held.
+func (c *Context) CopyLogits(i int, dst []float32) error {
+	defer runtime.KeepAlive(c)
+	row, err := c.Logits(i)
+	if err != nil {
+		return err
 	}
-	return bool(C.llama_memory_seq_rm(C.llama_get_memory(c.c), C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1)))
+	if len(dst) != len(row) {
+		return fmt.Errorf("llama: CopyLogits into %d values, the vocabulary has %d", len(dst), len(row))
+	}
+	copy(dst, row)
+	return nil
+}
+
+// SeqRemove removes sequence seq's cells at positions [p0, p1) (p1 < 0: to
+// the end; seq < 0: every sequence). It is false on a closed context.
+func (c *Context) SeqRemove(seq, p0, p1 int) bool {
+	ok := false
+	c.do(func(cc *C.struct_llama_context) { // closed: false
+		ok = bool(C.llama_memory_seq_rm(C.llama_get_memory(cc), C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1)))
+	})
+	return ok
 }
 
 // SeqCopy makes dst share src's cells at positions [p0, p1) (no data copy in
 // a unified cache).
 func (c *Context) SeqCopy(src, dst, p0, p1 int) {
-	if c.closed() {
-		return
-	}
-	C.llama_memory_seq_cp(C.llama_get_memory(c.c), C.llama_seq_id(src), C.llama_seq_id(dst), C.llama_pos(p0), C.llama_pos(p1))
+	c.do(func(cc *C.struct_llama_context) { // closed: nothing to copy
+		C.llama_memory_seq_cp(C.llama_get_memory(cc), C.llama_seq_id(src), C.llama_seq_id(dst), C.llama_pos(p0), C.llama_pos(p1))
+	})
 }
 
 // SeqKeep removes every sequence but seq.
 func (c *Context) SeqKeep(seq int) {
-	if c.closed() {
-		return
-	}
-	C.llama_memory_seq_keep(C.llama_get_memory(c.c), C.llama_seq_id(seq))
+	c.do(func(cc *C.struct_llama_context) { C.llama_memory_seq_keep(C.llama_get_memory(cc), C.llama_seq_id(seq)) })
 }
 
-// SeqPosMax is the largest position held for seq (-1 when empty).
+// SeqPosMax is the largest position held for seq (-1 when empty or closed).
 func (c *Context) SeqPosMax(seq int) int {
-	if c.closed() {
-		return -1
-	}
-	return int(C.llama_memory_seq_pos_max(C.llama_get_memory(c.c), C.llama_seq_id(seq)))
+	n := -1
+	c.do(func(cc *C.struct_llama_context) { // closed: -1
+		n = int(C.llama_memory_seq_pos_max(C.llama_get_memory(cc), C.llama_seq_id(seq)))
+	})
+	return n
 }
 
 // ClearKV empties the KV cache.
 func (c *Context) ClearKV() {
-	if !c.closed() {
-		C.llama_memory_clear(C.llama_get_memory(c.c), true)
-	}
+	c.do(func(cc *C.struct_llama_context) { C.llama_memory_clear(C.llama_get_memory(cc), true) })
 }
 
 // Batch is a set of tokens to decode, possibly for several sequences.
@@ -332,16 +396,18 @@ func (b *Batch) Err() error { return b.err }
 
 // Close releases the batch. It is safe to call twice.
 func (b *Batch) Close() error {
+	b.Free()
+	return nil
+}
+
+// Free is Close without a result.
+func (b *Batch) Free() {
 	if b.cap > 0 {
 		b.cleanup.Stop()
 		C.llama_batch_free(b.b)
 		b.cap, b.n = 0, 0
 	}
-	return nil
 }
-
-// Free is Close.
-func (b *Batch) Free() { b.Close() }
 
 func (b *Batch) closed() bool { return b == nil || b.cap == 0 }
 
@@ -363,6 +429,7 @@ func (b *Batch) Add(t Token, pos int, seqs []int, logits bool) (int, error) {
 	if b.closed() {
 		return 0, ErrClosed
 	}
+	defer runtime.KeepAlive(b) // b.b's arrays are freed by b's cleanup
 	if b.n >= b.cap {
 		return 0, fmt.Errorf("llama: batch full (%d tokens)", b.cap)
 	}
@@ -388,21 +455,39 @@ func (b *Batch) Add(t Token, pos int, seqs []int, logits bool) (int, error) {
 	return i, nil
 }
 
-// Adapter is a loaded LoRA adapter. It keeps its model alive.
+// Adapter is a loaded LoRA adapter. It keeps its model alive, and the
+// contexts it is set on keep it alive.
 type Adapter struct {
 	model   *Model
 	path    string
-	a       *C.struct_llama_adapter_lora
+	r       *adapterRes
 	alpha   float64
 	tensors []string // as in the file, read when loading
 	cleanup runtime.Cleanup
 }
 
-// adapterState is what an adapter's cleanup frees: the adapter, then (by
-// holding it until then) its model.
-type adapterState struct {
-	a *C.struct_llama_adapter_lora
-	m *Model
+// adapterRes is an adapter's C side, freed once (under lifeMu) by the
+// adapter's Close, its cleanup or its model's Close. users are the contexts
+// it is set on.
+type adapterRes struct {
+	a     *C.struct_llama_adapter_lora
+	m     *Model
+	users map[*ctxRes]struct{}
+}
+
+func (r *adapterRes) free() {
+	if r.a == nil {
+		return
+	}
+	C.llama_adapter_lora_free(r.a)
+	r.a = nil
+	delete(r.m.adapters, r)
+}
+
+func freeAdapter(r *adapterRes) {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	r.free()
 }
 
 // LoadAdapter loads a LoRA adapter in llama.cpp's GGUF format for the model.
@@ -420,7 +505,7 @@ func LoadAdapter(m *Model, path string) (*Adapter, error) {
 	for _, t := range g.Tensors() {
 		names = append(names, t.Name)
 	}
-	g.Close()
+	_ = g.Close() // a header's Close never fails
 	if kind != "adapter" {
 		return nil, fileErr(path, "not a LoRA adapter (general.type %q)", kind)
 	}
@@ -430,13 +515,20 @@ func LoadAdapter(m *Model, path string) (*Adapter, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var a *C.struct_llama_adapter_lora
-	msg := call(func() { a = C.llama_adapter_lora_init(m.m, cpath) })
+	var msg string
+	if err := m.with(func(cm *C.struct_llama_model) { msg = call(func() { a = C.llama_adapter_lora_init(cm, cpath) }) }); err != nil {
+		return nil, err
+	}
 	if a == nil {
 		return nil, fileErr(path, "%s", because("llama.cpp could not load the adapter", msg))
 	}
 	al, _ := alpha.(float64)
-	ad := &Adapter{model: m, path: path, a: a, alpha: al, tensors: names}
-	ad.cleanup = runtime.AddCleanup(ad, func(s adapterState) { C.llama_adapter_lora_free(s.a) }, adapterState{a, m})
+	r := &adapterRes{a: a, m: m, users: map[*ctxRes]struct{}{}}
+	lifeMu.Lock()
+	m.adapters[r] = struct{}{}
+	lifeMu.Unlock()
+	ad := &Adapter{model: m, path: path, r: r, alpha: al, tensors: names}
+	ad.cleanup = runtime.AddCleanup(ad, freeAdapter, r)
 	return ad, nil
 }
 
@@ -452,21 +544,45 @@ func (a *Adapter) Alpha() float64 { return a.alpha }
 // TensorNames lists the adapter's tensors as its file had them.
 func (a *Adapter) TensorNames() []string { return a.tensors }
 
-// Close frees the adapter. It is safe to call twice. Remove it from the
-// contexts that use it first.
+// ErrAdapterInUse is returned by Adapter.Close while the adapter is set on an
+// open context: the context would compute with freed weights.
+var ErrAdapterInUse = errors.New("llama: the adapter is set on an open context (remove it or close the context first)")
+
+// Close frees the adapter. It is safe to call twice. While the adapter is set
+// on an open context it returns ErrAdapterInUse and frees nothing.
 func (a *Adapter) Close() error {
-	if a.a != nil {
-		a.cleanup.Stop()
-		C.llama_adapter_lora_free(a.a)
-		a.a = nil
+	if a == nil || a.r == nil {
+		return nil
 	}
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if a.r.a == nil {
+		return nil
+	}
+	if len(a.r.users) > 0 {
+		return fmt.Errorf("%w: %s on %d context(s)", ErrAdapterInUse, a.path, len(a.r.users))
+	}
+	a.cleanup.Stop()
+	a.r.free()
 	return nil
 }
 
-func (a *Adapter) closed() bool { return a == nil || a.a == nil || a.model.closed() }
+func (a *Adapter) closed() bool { return a == nil || a.r == nil || a.r.a == nil }
 
-// SetAdapter applies an adapter with a scale (1 = as trained).
+// with runs f on the open adapter and keeps it alive until f returns.
+func (a *Adapter) with(f func(*C.struct_llama_adapter_lora)) error {
+	defer runtime.KeepAlive(a)
+	if a.closed() {
+		return ErrClosed
+	}
+	f(a.r.a)
+	return nil
+}
+
+// SetAdapter applies an adapter with a scale (1 = as trained). The context
+// holds the adapter until it is removed or the context is closed.
 func (c *Context) SetAdapter(a *Adapter, scale float32) error {
+	defer runtime.KeepAlive(a)
 	if c.closed() || a.closed() {
 		return ErrClosed
 	}
@@ -474,23 +590,56 @@ func (c *Context) SetAdapter(a *Adapter, scale float32) error {
 		return fmt.Errorf("llama: adapter %s was loaded for %s, the context's model is %s", a.path, a.model.path, c.model.path)
 	}
 	var rc C.int32_t
-	msg := call(func() { rc = C.llama_set_adapter_lora(c.c, a.a, C.float(scale)) })
+	var msg string
+	if err := c.with(func(cc *C.struct_llama_context) {
+		msg = call(func() { rc = C.llama_set_adapter_lora(cc, a.r.a, C.float(scale)) })
+	}); err != nil {
+		return err
+	}
 	if rc != 0 {
 		return fmt.Errorf("llama: %s", because("applying adapter "+a.path+" failed", msg))
 	}
+	lifeMu.Lock()
+	c.r.adapters[a] = scale
+	a.r.users[c.r] = struct{}{}
+	lifeMu.Unlock()
 	return nil
 }
 
 // RemoveAdapter removes one adapter from the context.
 func (c *Context) RemoveAdapter(a *Adapter) {
-	if !c.closed() && a != nil && a.a != nil {
-		C.llama_rm_adapter_lora(c.c, a.a)
+	defer runtime.KeepAlive(a)
+	if a.closed() {
+		return
 	}
+	c.do(func(cc *C.struct_llama_context) { // closed: nothing to remove
+		C.llama_rm_adapter_lora(cc, a.r.a)
+		lifeMu.Lock()
+		delete(c.r.adapters, a)
+		delete(a.r.users, c.r)
+		lifeMu.Unlock()
+	})
 }
 
 // ClearAdapters removes every adapter from the context.
 func (c *Context) ClearAdapters() {
-	if !c.closed() {
-		C.llama_clear_adapter_lora(c.c)
+	c.do(func(cc *C.struct_llama_context) { // closed: nothing to clear
+		C.llama_clear_adapter_lora(cc)
+		lifeMu.Lock()
+		for a := range c.r.adapters {
+			delete(a.r.users, c.r)
+		}
+		clear(c.r.adapters)
+		lifeMu.Unlock()
+	})
+}
+
+// Adapters is the number of adapters set on the context.
+func (c *Context) Adapters() int {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if c.closed() {
+		return 0
 	}
+	return len(c.r.adapters)
 }

@@ -147,7 +147,7 @@ func (m *Model) Devices() []Device { return m.devices }
 
 func devList(devs []C.ggml_backend_dev_t) *C.ggml_backend_dev_t {
 	var d C.ggml_backend_dev_t
-	arr := (*C.ggml_backend_dev_t)(C.malloc(C.size_t(len(devs)+1) * C.size_t(unsafe.Sizeof(d))))
+	arr := (*C.ggml_backend_dev_t)(C.calloc(C.size_t(len(devs)+1), C.size_t(unsafe.Sizeof(d)))) // zeroed: the stores below find no garbage
 	s := unsafe.Slice(arr, len(devs)+1)
 	copy(s, devs)
 	s[len(devs)] = nil

@@ -42,10 +42,18 @@ func call(f func()) string {
 }
 
 // recordError keeps an ERROR line for the call running on thread tid; a
-// line logged outside any call is only logged.
+// line logged outside any call is only logged. The first line is the
+// reason ("missing tensor ..."), the ones after it the callers' summaries
+// ("failed to load model"): the first two are kept.
 func recordError(tid int64, msg string) {
 	if c, ok := captures.Load(tid); ok {
-		c.(*capture).msg = msg
+		c := c.(*capture)
+		switch {
+		case c.msg == "":
+			c.msg = msg
+		case !strings.Contains(c.msg, "; "):
+			c.msg += "; " + strings.TrimPrefix(msg, "llama.cpp: ")
+		}
 	}
 }
 
@@ -84,3 +92,9 @@ func fileErr(path, format string, args ...any) error {
 // ErrClosed is returned by methods of a handle (Model, Context, Batch,
 // Adapter) after its Close.
 var ErrClosed = errors.New("llama: use of a closed handle")
+
+// lifeMu orders the freeing of C objects that depend on each other: a
+// context's or adapter's Close, its cleanup, and its model's Close (which
+// frees them first) each take it, so each object is freed once and never
+// after the model it points into.
+var lifeMu sync.Mutex

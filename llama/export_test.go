@@ -20,3 +20,6 @@ func GGUFDataOffset(path string) int64 {
 	}
 	return int64(h.DataStart)
 }
+
+// CheckSpace is checkSpace, for the full-disk test.
+var CheckSpace = checkSpace

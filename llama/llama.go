@@ -4,7 +4,41 @@
 // type escapes it, and every failure is a Go error.
 //
 // Thread safety: a *Model is read-only after loading and may be shared by
-// goroutines; a *Context (and a *Batch) belongs to one goroutine at a time.
+// goroutines, except while it is trained: PGEval marks its trained tensors in
+// the model's graph and Param.Set writes its weights, so a model being trained
+// belongs to the trainer. A *Context (and a *Batch) belongs to one goroutine
+// at a time.
+//
+// # The cgo discipline
+//
+// Every handle (Model, Context, Batch, Adapter, GGUF, GGUFWriter) follows
+// these rules; `make test` checks them with the race detector and with a
+// stress test under GOGC=1 and GOEXPERIMENT=cgocheck2 (stress_test.go).
+//
+//   - A handle owns its C object through a small resource struct; Close frees
+//     it once, and a runtime.AddCleanup on the handle frees it if the caller
+//     forgot. The cleanup's argument is the resource, never the handle (the
+//     handle would then never become unreachable).
+//   - Every method reaches C through the handle's with helper (or, for a
+//     method that checks several handles, a deferred runtime.KeepAlive): it
+//     returns ErrClosed on a closed handle without reaching C, makes the call
+//     and keeps the handle alive until the call returns, so a cleanup never
+//     runs mid-call. Methods that return no error do nothing on a closed
+//     handle and return zero values.
+//   - Arrays handed to C are Go memory holding only C pointers (cgo lets C
+//     read them during the call), or C.calloc'd. Never store a pointer-typed
+//     value into uninitialised C memory (C.malloc): Go's write barrier reads
+//     the slot's old value, and garbage that looks like a heap address kills
+//     the process ("found bad pointer in Go heap").
+//   - What a C object depends on, its Go handle holds: a Context its Model
+//     and the Adapters set on it, an Adapter its Model, a Param its Model or
+//     Adapter. Model.Close closes the model's open contexts and adapters
+//     first (llama.cpp's point into the model); Adapter.Close while the
+//     adapter is set on an open context is refused (ErrAdapterInUse). The
+//     frees take one lock (lifeMu), so each C object is freed once, in order.
+//   - Slices over C memory are copied out, except Context.Logits, whose row
+//     is valid until the next Decode or Close and does not keep the context
+//     alive (Context.CopyLogits copies it).
 package llama
 
 /*

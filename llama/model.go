@@ -8,9 +8,9 @@ package llama
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
@@ -50,6 +50,10 @@ type Model struct {
 	devices   []Device // the GPUs it may use (Devices)
 	cleanup   runtime.Cleanup
 	repacked  bool // weights of a repackable type loaded without NoRepack
+	// The open contexts and adapters made from the model (under lifeMu):
+	// Close frees them first.
+	ctxs     map[*ctxRes]struct{}
+	adapters map[*adapterRes]struct{}
 }
 
 // Token is a vocabulary id.
@@ -109,27 +113,54 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 		return nil, fileErr(path, "%s", because("llama.cpp could not load the model (architecture "+arch+")", msg))
 	}
 	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly,
-		opOffload: p.GPULayers != 0 || p.OpOffload, devices: gpus, repacked: repackable && !p.NoRepack}
+		opOffload: p.GPULayers != 0 || p.OpOffload, devices: gpus, repacked: repackable && !p.NoRepack,
+		ctxs: map[*ctxRes]struct{}{}, adapters: map[*adapterRes]struct{}{}}
 	model.nv = int(C.llama_vocab_n_tokens(model.vocab))
 	model.cleanup = runtime.AddCleanup(model, func(m *C.struct_llama_model) { C.llama_model_free(m) }, m)
 	return model, nil
 }
 
-// Close frees the model. It is safe to call twice; the methods of a closed
-// model return ErrClosed (or zero values where they return no error).
-// Contexts and adapters keep their model alive, so a model dropped without
-// Close is freed after them.
+// Close frees the model. The contexts and adapters made from it that are
+// still open are closed first (llama.cpp's contexts and adapters point into
+// the model): their methods then return ErrClosed. It is safe to call twice;
+// the methods of a closed model return ErrClosed (or zero values where they
+// return no error). Contexts and adapters keep their model alive, so a model
+// dropped without Close is freed after them. No goroutine may be using the
+// model's contexts while it is closed.
 func (m *Model) Close() error {
-	if m.m != nil {
-		m.cleanup.Stop()
-		C.llama_model_free(m.m)
-		m.m, m.vocab = nil, nil
+	if m == nil {
+		return nil
 	}
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if m.m == nil {
+		return nil
+	}
+	for r := range m.ctxs {
+		r.free()
+	}
+	for r := range m.adapters {
+		r.free()
+	}
+	m.cleanup.Stop()
+	C.llama_model_free(m.m)
+	m.m, m.vocab = nil, nil
 	return nil
 }
 
 // closed reports whether the model was closed.
 func (m *Model) closed() bool { return m == nil || m.m == nil }
+
+// with runs f on the open model and keeps the model alive until f returns;
+// on a closed model it returns ErrClosed and f never runs.
+func (m *Model) with(f func(*C.struct_llama_model)) error {
+	defer runtime.KeepAlive(m)
+	if m.closed() {
+		return ErrClosed
+	}
+	f(m.m)
+	return nil
+}
 
 // Path is the file the model was loaded from.
 func (m *Model) Path() string { return m.path }
@@ -139,6 +170,7 @@ func (m *Model) Meta(key string) string {
 	if m.closed() {
 		return ""
 	}
+	defer runtime.KeepAlive(m)
 	ck := C.CString(key)
 	defer C.free(unsafe.Pointer(ck))
 	var buf [1024]C.char
@@ -194,6 +226,7 @@ func (m *Model) Info() Info {
 	if m.closed() {
 		return Info{}
 	}
+	defer runtime.KeepAlive(m)
 	var desc [256]C.char
 	C.llama_model_desc(m.m, &desc[0], C.size_t(len(desc)))
 	ft := "unknown"
@@ -201,9 +234,9 @@ func (m *Model) Info() Info {
 		ft = d[strings.Index(d, " all ")+1:] // "all F32 (guessed)"
 	}
 	if s := m.Meta("general.file_type"); s != "" {
-		var n int
-		fmt.Sscan(s, &n)
-		if name, ok := fileTypes[n]; ok {
+		if n, err := strconv.Atoi(s); err != nil {
+			ft = "type " + s // not a number: shown as the file has it
+		} else if name, ok := fileTypes[n]; ok {
 			ft = name
 		} else {
 			ft = "type " + s
@@ -244,6 +277,7 @@ func (m *Model) Architecture() string { return m.Meta("general.architecture") }
 
 // IsEOG reports whether t ends generation (EOS, EOT and the like).
 func (m *Model) IsEOG(t Token) bool {
+	defer runtime.KeepAlive(m)
 	return !m.closed() && bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(t)))
 }
 
@@ -252,6 +286,7 @@ func (m *Model) ChatTemplate() string {
 	if m.closed() {
 		return ""
 	}
+	defer runtime.KeepAlive(m)
 	p := C.llama_model_chat_template(m.m, nil)
 	if p == nil {
 		return ""
@@ -269,6 +304,7 @@ func (m *Model) Tokenize(text string, addSpecial, parseSpecial bool) ([]Token, e
 	if m.closed() {
 		return nil, ErrClosed
 	}
+	defer runtime.KeepAlive(m)
 	if !utf8.ValidString(text) {
 		return nil, ErrInvalidUTF8
 	}
@@ -302,6 +338,7 @@ func (m *Model) TokenPiece(t Token, special bool) ([]byte, error) {
 	if m.closed() {
 		return nil, ErrClosed
 	}
+	defer runtime.KeepAlive(m)
 	if t < 0 || int(t) >= m.nv {
 		return nil, fmt.Errorf("token %d outside the vocabulary (size %d)", t, m.nv)
 	}
@@ -320,6 +357,7 @@ func (m *Model) Detokenize(toks []Token, removeSpecial, unparseSpecial bool) (st
 	if m.closed() {
 		return "", ErrClosed
 	}
+	defer runtime.KeepAlive(m)
 	for _, t := range toks {
 		if t < 0 || int(t) >= m.nv {
 			return "", fmt.Errorf("token %d outside the vocabulary (size %d)", t, m.nv)
@@ -353,6 +391,7 @@ func (m *Model) ApplyChatTemplate(tmpl string, msgs []Message, addAssistant bool
 	if m.closed() {
 		return "", ErrClosed
 	}
+	defer runtime.KeepAlive(m)
 	if tmpl == "" {
 		tmpl = m.ChatTemplate()
 		if tmpl == "" {
@@ -391,13 +430,9 @@ func ApplyChatTemplate(tmpl string, msgs []Message, addAssistant bool) (string, 
 		cm[i].role = C.CString(msg.Role)
 		cm[i].content = C.CString(msg.Content)
 	}
-	// The C array of messages must live in C memory (it holds C pointers).
-	arr := (*C.struct_llama_chat_message)(C.malloc(C.size_t(len(cm)) * C.size_t(unsafe.Sizeof(cm[0]))))
-	if arr == nil {
-		return "", errors.New("llama: out of memory")
-	}
-	defer C.free(unsafe.Pointer(arr))
-	copy(unsafe.Slice(arr, len(cm)), cm)
+	// cm is Go memory holding only C pointers: cgo lets C read it during
+	// the call.
+	arr := &cm[0]
 	n := 2*size + 256
 	for {
 		buf := make([]byte, n)

@@ -107,7 +107,10 @@ func OpLossGrad(op string, x []float32, n0 int, r []float32, backward bool) (flo
 	if !ok {
 		return 0, nil, fmt.Errorf("llama: unknown op %q", op)
 	}
-	if n0 < 2 || n0%2 != 0 || len(x)%n0 != 0 || len(r) != OpOutputs(op, len(x)) {
+	if len(x) == 0 {
+		return 0, nil, fmt.Errorf("llama: op %s: no inputs", op)
+	}
+	if n0 < 2 || n0%2 != 0 || len(x)%n0 != 0 || len(r) != OpOutputs(op, len(x)) || len(r) == 0 {
 		return 0, nil, fmt.Errorf("llama: op %s: %d inputs in rows of %d with %d output weights", op, len(x), n0, len(r))
 	}
 	Init()

@@ -2,6 +2,15 @@ package llama
 
 /*
 #include "ggml.h"
+#include "ggml-cpu.h"
+
+// confclip_cpu_can_multiply says whether ggml's CPU backend has a dot
+// product for type t: Q8_1, Q8_K and the integer types are only what
+// activations are converted to, and a weight of such a type is a call
+// through a null pointer in the first matrix product.
+static int confclip_cpu_can_multiply(enum ggml_type t) {
+	return ggml_get_type_traits_cpu(t)->vec_dot != NULL;
+}
 */
 import "C"
 
@@ -72,6 +81,12 @@ type ggufHeader struct {
 	// DataStart is where the tensor data starts and DataEnd where the last
 	// tensor's data ends, from the file's start.
 	DataStart, DataEnd uint64
+	// Tokens are the token texts as llama.cpp keeps them (cut at the first
+	// NUL, an empty one named [EMPTY_i]); TokenTypes the token_type array.
+	Tokens     []string
+	TokenTypes []int32
+	// TensorTypes maps each tensor's name to its ggml type.
+	TensorTypes map[string]uint32
 }
 
 // ggufLimits of the format that ggml enforces (GGML_MAX_DIMS, GGML_MAX_NAME).
@@ -204,7 +219,23 @@ func (r *ggufReader) scalar(t uint32, what string) (any, error) {
 
 // tokenListKey is read element by element: the duplicate check needs the
 // texts (llama.cpp asserts that every token text is unique).
-const tokenListKey = "tokenizer.ggml.tokens"
+const (
+	tokenListKey = "tokenizer.ggml.tokens"
+	tokenTypeKey = "tokenizer.ggml.token_type"
+)
+
+// maxLoraAlpha bounds an adapter's alpha (real ones are 1 to a few
+// hundred; alpha 2*rank at rank 1024 is 2048).
+const maxLoraAlpha = 4096
+
+// tensorAlignment is ggml's TENSOR_ALIGNMENT (ggml-impl.h).
+const tensorAlignment = 32
+
+// cutNUL is s up to its first NUL byte, as C reads it.
+func cutNUL(s string) string {
+	s, _, _ = strings.Cut(s, "\x00")
+	return s
+}
 
 // precheckGGUF checks a GGUF stream of the given size (see PrecheckGGUF).
 func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
@@ -253,6 +284,11 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 		if key == "" {
 			return nil, fmt.Errorf("metadata key %d: empty key", i)
 		}
+		// ggml compares keys with strcmp: "a\x00b" would be found as "a"
+		// with a type the pre-check never saw.
+		if cut, _, found := strings.Cut(key, "\x00"); found {
+			return nil, fmt.Errorf("metadata key %d %q: contains a NUL byte (llama.cpp would read it as %q)", i, key, cut)
+		}
 		if _, dup := h.KV[key]; dup {
 			return nil, fmt.Errorf("metadata key %q: appears twice", key)
 		}
@@ -267,6 +303,9 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 		if t != ggufArray {
 			if v.Val, err = r.scalar(t, fmt.Sprintf("key %q: value", key)); err != nil {
 				return nil, err
+			}
+			if str, ok := v.Val.(string); ok {
+				v.Val = cutNUL(str) // llama.cpp reads strings as C strings
 			}
 			h.KV[key] = v
 			continue
@@ -288,6 +327,7 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 			isTokens := key == tokenListKey
 			if isTokens {
 				tokens = make(map[string]uint64, v.N)
+				h.Tokens = make([]string, 0, v.N)
 			}
 			for j := uint64(0); j < v.N; j++ {
 				what := fmt.Sprintf("key %q: element %d", key, j)
@@ -305,20 +345,35 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 				if err != nil {
 					return nil, err
 				}
+				// llama.cpp keeps a token's text up to its first NUL and
+				// asserts that the texts it kept are unique.
+				s = cutNUL(s)
 				if s == "" { // llama.cpp names an empty token this way
 					s = fmt.Sprintf("[EMPTY_%d]", j)
 				}
 				if first, dup := tokens[s]; dup {
-					return nil, fmt.Errorf("key %q: tokens %d and %d have the same text %q", key, first, j, clipText(s))
+					return nil, fmt.Errorf("key %q: tokens %d and %d have the same text %q (llama.cpp reads a text up to its first NUL byte)", key, first, j, clipText(s))
 				}
 				tokens[s] = j
+				h.Tokens = append(h.Tokens, s)
 			}
 		} else {
 			es := ggufTypeSize[v.ArrType]
 			if v.N > r.left()/es {
 				return nil, fmt.Errorf("key %q: array length %d: the file cannot hold %d values of %d bytes", key, v.N, v.N, es)
 			}
-			if err := r.skip(v.N*es, fmt.Sprintf("key %q: array data", key)); err != nil {
+			what := fmt.Sprintf("key %q: array data", key)
+			if key == tokenTypeKey && es == 4 {
+				// Kept: the byte tokens' texts are checked against them.
+				b, err := r.bytes(v.N*es, what)
+				if err != nil {
+					return nil, err
+				}
+				h.TokenTypes = make([]int32, v.N)
+				for j := range h.TokenTypes {
+					h.TokenTypes[j] = int32(binary.LittleEndian.Uint32(b[4*j:]))
+				}
+			} else if err := r.skip(v.N*es, what); err != nil {
 				return nil, err
 			}
 		}
@@ -334,9 +389,14 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 		if align == 0 || align&(align-1) != 0 {
 			return nil, fmt.Errorf("key \"general.alignment\" = %d: not a power of 2", align)
 		}
+		// ggml's CPU buffers assert that tensor data is 32-byte aligned
+		// (TENSOR_ALIGNMENT), whatever the file's own alignment.
+		if align%tensorAlignment != 0 {
+			return nil, fmt.Errorf("key \"general.alignment\" = %d: llama.cpp needs a multiple of %d", align, tensorAlignment)
+		}
 	}
 
-	names := make(map[string]bool, nTensors)
+	h.TensorTypes = make(map[string]uint32, nTensors)
 	var dataSize, dataEnd uint64 // relative to the data section
 	for i := uint64(0); i < nTensors; i++ {
 		name, err := r.str(fmt.Sprintf("tensor %d: name", i))
@@ -346,10 +406,12 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 		if len(name) >= ggufMaxName {
 			return nil, fmt.Errorf("tensor %d: name of %d bytes, the limit is %d", i, len(name), ggufMaxName-1)
 		}
-		if names[name] {
+		if cut, _, found := strings.Cut(name, "\x00"); found {
+			return nil, fmt.Errorf("tensor %d %q: name contains a NUL byte (ggml would name it %q)", i, name, cut)
+		}
+		if _, dup := h.TensorTypes[name]; dup {
 			return nil, fmt.Errorf("tensor %q: appears twice", name)
 		}
-		names[name] = true
 		nDims, err := r.u32(fmt.Sprintf("tensor %q: dimension count", name))
 		if err != nil {
 			return nil, err
@@ -382,6 +444,10 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 		if typ >= C.GGML_TYPE_COUNT || C.ggml_blck_size(C.enum_ggml_type(typ)) == 0 {
 			return nil, fmt.Errorf("tensor %q: invalid ggml type %d", name, typ)
 		}
+		if C.confclip_cpu_can_multiply(C.enum_ggml_type(typ)) == 0 {
+			return nil, fmt.Errorf("tensor %q: type %s, which ggml cannot multiply by (not a weight type)", name, ggmlTypeName(typ))
+		}
+		h.TensorTypes[name] = typ
 		blck := uint64(C.ggml_blck_size(C.enum_ggml_type(typ)))
 		tsize := uint64(C.ggml_type_size(C.enum_ggml_type(typ)))
 		if ne[0]%blck != 0 {
@@ -413,8 +479,10 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 			return nil, fmt.Errorf("truncated: tensor data needs %d bytes, the file has %d", h.DataEnd, size)
 		}
 	}
-	if err := checkKnownKeys(h); err != nil {
-		return nil, err
+	for _, check := range []func(*ggufHeader) error{checkKnownKeys, checkVocab, checkHparams, checkNormTypes} {
+		if err := check(h); err != nil {
+			return nil, err
+		}
 	}
 	return h, nil
 }
@@ -554,6 +622,11 @@ func checkKnownKeys(h *ggufHeader) error {
 			if strings.HasSuffix(key, "epsilon") && f < 0 {
 				return fmt.Errorf("key %q = %v: must not be negative", key, f)
 			}
+			// The adapter's scale is alpha/rank: a huge one overflows every
+			// logit to Inf (each request after loading it failed).
+			if key == "adapter.lora.alpha" && math.Abs(f) > maxLoraAlpha {
+				return fmt.Errorf("key %q = %v: at most %v in magnitude", key, f, float64(maxLoraAlpha))
+			}
 		}
 	}
 	if toks, ok := h.KV[tokenListKey]; ok {
@@ -582,4 +655,9 @@ func isZero(v any) bool {
 		return v == 0
 	}
 	return false
+}
+
+// ggmlTypeName is ggml's name of a valid tensor type.
+func ggmlTypeName(t uint32) string {
+	return C.GoString(C.ggml_type_name(C.enum_ggml_type(t)))
 }

@@ -206,6 +206,169 @@ var hostileCases = []mutation{
 	{"truncated", "truncated", func(t testing.TB, b []byte) []byte {
 		return b[:len(b)-100]
 	}},
+
+	// Issue 23: what llama.cpp reads differently from a plain Go reader,
+	// and the values it asserts on.
+	{"key with a NUL before the real one", `contains a NUL byte (llama.cpp would read it as "tokenizer.ggml.tokens")`, func(t testing.TB, b []byte) []byte {
+		// strcmp finds this u32 first when llama.cpp asks for the tokens.
+		return insertKV(t, b, tokenListKeyName, kvU32(tokenListKeyName+"\x00x", 7))
+	}},
+	{"tensor name with a NUL", "name contains a NUL byte", func(t testing.TB, b []byte) []byte {
+		_, ts := ggufLayout(t, b)
+		b[ts[1].dimsOff-2] = 0 // "blk.0.attn_norm.weight" -> "blk.0.attn_norm.wei\x00ht"
+		return b
+	}},
+	{"no byte-fallback token", "no token <0xF0> for byte 0xF0", func(t testing.TB, b []byte) []byte {
+		// The file still loads; the first prompt with a character outside
+		// the vocabulary ("hello 😀") aborted in byte_to_token.
+		i := bytes.Index(b, []byte("<0xF0>"))
+		b[i+3] = 'Z'
+		return b
+	}},
+	{"byte token not <0xXX>", "has type byte but is not of the form <0xXX>", func(t testing.TB, b []byte) []byte {
+		// A normal token "a" becomes a byte token: token_to_byte reads
+		// characters 3 and 4 of its text.
+		kvs, _ := ggufLayout(t, b)
+		for j, off := range kvs[tokenListKeyName].elems {
+			if n := binary.LittleEndian.Uint64(b[off:]); n == 1 {
+				put32(b, kvs["tokenizer.ggml.token_type"].valueOff+12+4*j, 6)
+				return b
+			}
+		}
+		t.Fatal("no one-byte token")
+		return nil
+	}},
+	{"tokens equal up to a NUL", "have the same text", func(t testing.TB, b []byte) []byte {
+		// A token whose prefix is another token: a NUL after the prefix
+		// makes the two texts equal for llama.cpp (id_to_token.size() ==
+		// token_to_id.size() asserts).
+		kvs, _ := ggufLayout(t, b)
+		texts := map[string]bool{}
+		el := kvs[tokenListKeyName].elems
+		text := func(off int) string {
+			n := int(binary.LittleEndian.Uint64(b[off:]))
+			return string(b[off+8 : off+8+n])
+		}
+		for _, off := range el {
+			texts[text(off)] = true
+		}
+		for _, off := range el {
+			s := text(off)
+			for k := 1; k < len(s); k++ {
+				if texts[s[:k]] {
+					b[off+8+k] = 0
+					return b
+				}
+			}
+		}
+		t.Fatal("no token with another token as its prefix")
+		return nil
+	}},
+	{"tokenizer bert", `"tokenizer.ggml.model" = "bert"`, func(t testing.TB, b []byte) []byte {
+		return setString(t, b, "tokenizer.ggml.model", "bert")
+	}},
+	{"tokenizer rwkv", `"tokenizer.ggml.model" = "rwkv"`, func(t testing.TB, b []byte) []byte {
+		return setString(t, b, "tokenizer.ggml.model", "rwkv")
+	}},
+	{"tokenizer none", `"tokenizer.ggml.model" = "none"`, func(t testing.TB, b []byte) []byte {
+		return setString(t, b, "tokenizer.ggml.model", "none")
+	}},
+	{"tokenizer with a NUL", `"tokenizer.ggml.model" = "bert"`, func(t testing.TB, b []byte) []byte {
+		return setString(t, b, "tokenizer.ggml.model", "bert\x00llama")
+	}},
+	{"alignment 2", `"general.alignment" = 2`, func(t testing.TB, b []byte) []byte {
+		return insertKV(t, b, "general.name", kvU32("general.alignment", 2))
+	}},
+	{"unknown rope scaling", `"llama.rope.scaling.type" = "cubic"`, func(t testing.TB, b []byte) []byte {
+		return insertKV(t, b, "general.name", kvString("llama.rope.scaling.type", "cubic"))
+	}},
+	{"empty rope scaling", `"llama.rope.scaling.type" = ""`, func(t testing.TB, b []byte) []byte {
+		return insertKV(t, b, "general.name", kvString("llama.rope.scaling.type", ""))
+	}},
+	{"experts without used", `"llama.expert_used_count": missing or 0`, func(t testing.TB, b []byte) []byte {
+		return insertKV(t, b, "general.name", kvU32("llama.expert_count", 8))
+	}},
+	{"used experts more than experts", `"llama.expert_used_count" = 9: more than`, func(t testing.TB, b []byte) []byte {
+		b = insertKV(t, b, "general.name", kvU32("llama.expert_count", 8))
+		return insertKV(t, b, "general.name", kvU32("llama.expert_used_count", 9))
+	}},
+	{"experts 2^32-1", `"llama.expert_count" = 4294967295`, func(t testing.TB, b []byte) []byte {
+		return insertKV(t, b, "general.name", kvU32("llama.expert_count", math.MaxUint32))
+	}},
+	{"rope dimension 0", `"llama.rope.dimension_count" = 0`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["llama.rope.dimension_count"].valueOff, 0)
+		return b
+	}},
+	{"key length 0", `"llama.attention.key_length": the key head size is 0`, func(t testing.TB, b []byte) []byte {
+		return insertKV(t, b, "general.name", kvU32("llama.attention.key_length", 0))
+	}},
+	{"kv heads not dividing heads", `"llama.attention.head_count_kv" = 3`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["llama.attention.head_count_kv"].valueOff, 3)
+		return b
+	}},
+	{"adapter alpha 3e38", `"adapter.lora.alpha" = 3.0000000054977558e+38: at most 4096`, func(t testing.TB, b []byte) []byte {
+		kv := binary.LittleEndian.AppendUint64(nil, uint64(len("adapter.lora.alpha")))
+		kv = append(kv, "adapter.lora.alpha"...)
+		kv = binary.LittleEndian.AppendUint32(kv, 6)
+		kv = binary.LittleEndian.AppendUint32(kv, math.Float32bits(3e38))
+		return insertKV(t, b, "general.name", kv)
+	}},
+	{"q8_1 weight", `"output.weight": type q8_1, which ggml cannot multiply by`, func(t testing.TB, b []byte) []byte {
+		// The last tensor, so that its smaller data leaves every offset as
+		// it was; llama_decode died on a null dot product (mutant 1275).
+		_, ts := ggufLayout(t, b)
+		put32(b, ts[len(ts)-1].typOff, 9)
+		return b
+	}},
+	{"f16 norm weight", `"blk.0.attn_norm.weight": type f16`, func(t testing.TB, b []byte) []byte {
+		// Twice the elements in f16: the same bytes, so the layout holds.
+		_, ts := ggufLayout(t, b)
+		ti := ts[1]
+		put64(b, ti.dimsOff+4, 2*binary.LittleEndian.Uint64(b[ti.dimsOff+4:]))
+		put32(b, ti.typOff, 1)
+		return b
+	}},
+}
+
+const tokenListKeyName = "tokenizer.ggml.tokens"
+
+// kvU32 and kvString are one metadata pair's bytes.
+func kvU32(key string, v uint32) []byte {
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(key)))
+	out = append(out, key...)
+	out = binary.LittleEndian.AppendUint32(out, 4)
+	return binary.LittleEndian.AppendUint32(out, v)
+}
+
+func kvString(key, v string) []byte {
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(key)))
+	out = append(out, key...)
+	out = binary.LittleEndian.AppendUint32(out, 8)
+	out = binary.LittleEndian.AppendUint64(out, uint64(len(v)))
+	return append(out, v...)
+}
+
+// insertKV puts a metadata pair before the key named before and counts it
+// in the header. The tensor data moves with the header: a zero tail keeps
+// the last tensor inside the file whatever the new padding.
+func insertKV(t testing.TB, b []byte, before string, kv []byte) []byte {
+	kvs, _ := ggufLayout(t, b)
+	at := kvs[before].keyOff
+	out := append(append(append([]byte{}, b[:at]...), kv...), b[at:]...)
+	put64(out, 16, binary.LittleEndian.Uint64(out[16:])+1)
+	return append(out, make([]byte, 64)...)
+}
+
+// setString replaces a string value (see insertKV for the tail).
+func setString(t testing.TB, b []byte, key, v string) []byte {
+	kvs, _ := ggufLayout(t, b)
+	kv := kvs[key]
+	n := int(binary.LittleEndian.Uint64(b[kv.valueOff:]))
+	out := binary.LittleEndian.AppendUint64(append([]byte{}, b[:kv.valueOff]...), uint64(len(v)))
+	out = append(append(out, v...), b[kv.valueOff+8+n:]...)
+	return append(out, make([]byte, 64)...)
 }
 
 // TestPrecheckRejectsHostileFiles checks that every crash of issue 13 is a
@@ -247,7 +410,19 @@ func TestPrecheckAcceptsRealFiles(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatalf("no GGUF files in %s", dir)
 	}
-	for _, f := range append(files, tinyPath) {
+	files = append(files, tinyPath)
+	for _, arch := range modelgen.Archs {
+		spec, err := modelgen.TinyArch(arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), arch+".gguf")
+		if err := modelgen.Write(path, spec); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, path)
+	}
+	for _, f := range files {
 		if err := llama.PrecheckGGUF(f); err != nil {
 			t.Errorf("%v", err)
 		}
@@ -299,8 +474,10 @@ func loadChild(path string) int {
 		return 1
 	}
 	defer c.Close()
-	// One decode: an epsilon llama.cpp asserts on is only read then.
-	toks, err := m.Tokenize("a b", true, false)
+	// One decode: an epsilon llama.cpp asserts on is only read then. The
+	// prompt has characters outside any test vocabulary: SentencePiece
+	// spells them in byte tokens, which a file may lack.
+	toks, err := m.Tokenize("a b\nhello 😀 é", true, false)
 	if err != nil || len(toks) == 0 {
 		return 1
 	}
@@ -416,4 +593,75 @@ func (m *runtimeMem) read() {
 	var st runtime.MemStats
 	runtime.ReadMemStats(&st)
 	m.total = st.TotalAlloc
+}
+
+// TestWriteGGUFDiskFull: a GGUF larger than the free space of its disk is
+// refused before writing, with a message that says so (llama.cpp's writer
+// said only "unexpected fwrite number of bytes written").
+func TestWriteGGUFDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	err := llama.CheckSpace(dir, free+1<<30)
+	if err == nil || !strings.Contains(err.Error(), "too full") || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("got %v, want the disk named too full", err)
+	}
+	if err := llama.CheckSpace(dir, 1); err != nil {
+		t.Fatalf("one byte: %v", err)
+	}
+}
+
+// TestLoadErrorGivesTheReason: a file the pre-check accepts and llama.cpp
+// refuses (a tensor missing) says llama.cpp's reason without --verbose,
+// not only "failed to load model".
+func TestLoadErrorGivesTheReason(t *testing.T) {
+	b, err := os.ReadFile(tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Count(b, []byte("output_norm.weight")) != 1 {
+		t.Fatal("the tiny model has no single output_norm.weight")
+	}
+	b = bytes.Replace(b, []byte("output_norm.weight"), []byte("output_norm.weigha"), 1)
+	path := filepath.Join(t.TempDir(), "missing-tensor.gguf")
+	os.WriteFile(path, b, 0o644)
+	_, err = llama.LoadModel(path, llama.ModelParams{})
+	if err == nil || !strings.Contains(err.Error(), "missing tensor 'output_norm.weight'") {
+		t.Fatalf("got %v, want llama.cpp's reason", err)
+	}
+}
+
+// TestWriteGGUFOutputs: a GGUF output (an adapter, a generated model) is
+// written as every output is (internal/atomicfile): through a symlink to
+// its target, through /dev/null without replacing it, and a killed
+// write's leftover is removed.
+func TestWriteGGUFOutputs(t *testing.T) {
+	dir := t.TempDir()
+	spec := modelgen.Tiny()
+	target := filepath.Join(dir, "target.gguf")
+	link := filepath.Join(dir, "link.gguf")
+	os.Symlink("target.gguf", link)
+	leftover := filepath.Join(dir, ".target.gguf.tmp-12345")
+	os.WriteFile(leftover, []byte("half"), 0o600)
+	if err := modelgen.Write(link, spec); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link was replaced: %v", err)
+	}
+	if err := llama.PrecheckGGUF(target); err != nil {
+		t.Fatalf("the link's target: %v", err)
+	}
+	if _, err := os.Stat(leftover); err == nil {
+		t.Fatal("a killed write's leftover is still there")
+	}
+	if err := modelgen.Write(os.DevNull, spec); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(os.DevNull); st.Mode()&os.ModeDevice == 0 {
+		t.Fatalf("%s is now %v", os.DevNull, st.Mode())
+	}
 }

@@ -106,6 +106,7 @@ import "C"
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"sort"
 	"strings"
 	"unsafe"
@@ -134,8 +135,8 @@ func newProfile(cp *C.struct_llama_context_params) *profState {
 // profStart marks the start of a graph: its nodes are forward ones until
 // the loss.
 func (c *Context) profStart() {
-	if c.prof != nil {
-		c.prof.backward = 0
+	if !c.closed() && c.r.prof != nil {
+		c.r.prof.backward = 0
 	}
 }
 
@@ -143,19 +144,21 @@ func (c *Context) profStart() {
 // last reset, slowest first; nil unless the context was created with
 // ContextParams.Profile.
 func (c *Context) Profile() []OpStat {
-	if c.prof == nil {
+	if c.closed() || c.r.prof == nil {
 		return nil
 	}
+	defer runtime.KeepAlive(c) // its cleanup frees the totals
+	prof := c.r.prof
 	var out []OpStat
 	for ph := 0; ph < 2; ph++ {
 		for k := 0; k < int(C.CONFCLIP_PROF_KEYS); k++ {
-			n := int(c.prof.count[ph][k])
+			n := int(prof.count[ph][k])
 			if n == 0 {
 				continue
 			}
 			out = append(out, OpStat{
 				Op: C.GoString(C.confclip_prof_name(C.int(k))), Backward: ph == 1, Count: n,
-				Seconds: float64(c.prof.ns[ph][k]) / 1e9, Bytes: float64(c.prof.bytes[ph][k]), Flops: float64(c.prof.flops[ph][k]),
+				Seconds: float64(prof.ns[ph][k]) / 1e9, Bytes: float64(prof.bytes[ph][k]), Flops: float64(prof.flops[ph][k]),
 			})
 		}
 	}
@@ -165,8 +168,9 @@ func (c *Context) Profile() []OpStat {
 
 // ResetProfile clears the totals.
 func (c *Context) ResetProfile() {
-	if c.prof != nil {
-		C.memset(unsafe.Pointer(c.prof), 0, C.sizeof_confclip_prof)
+	if !c.closed() && c.r.prof != nil {
+		C.memset(unsafe.Pointer(c.r.prof), 0, C.sizeof_confclip_prof)
+		runtime.KeepAlive(c)
 	}
 }
 

@@ -81,13 +81,15 @@ func ReferenceBatchedGreedy(ctx *Context, prompt []Token, group, maxTokens int) 
 	if len(prompt) == 0 || group < 1 || group > ctx.nseq || maxTokens < 1 {
 		return 0, fmt.Errorf("llama: reference loop: %d prompt tokens, group %d (context allows %d), max tokens %d", len(prompt), group, ctx.nseq, maxTokens)
 	}
-	if ctx.closed() {
-		return 0, ErrClosed
-	}
 	var n C.int
-	msg := call(func() {
-		n = C.confclip_ref_batched_greedy(ctx.c, (*C.llama_token)(unsafe.Pointer(&prompt[0])), C.int(len(prompt)), C.int(group), C.int(maxTokens))
-	})
+	var msg string
+	if err := ctx.with(func(cc *C.struct_llama_context) {
+		msg = call(func() {
+			n = C.confclip_ref_batched_greedy(cc, (*C.llama_token)(unsafe.Pointer(&prompt[0])), C.int(len(prompt)), C.int(group), C.int(maxTokens))
+		})
+	}); err != nil {
+		return 0, err
+	}
 	if n < 0 {
 		return 0, fmt.Errorf("llama: %s", because(fmt.Sprintf("reference loop failed (%d)", int(n)), msg))
 	}

@@ -17,14 +17,21 @@ import (
 
 // Param is a trainable tensor: a model weight (full-parameter training) or a
 // LoRA matrix of an adapter. Its data lives in llama.cpp's buffers; Get and
-// Set copy it out and back. The owner (model or adapter) must outlive it.
+// Set copy it out and back. It holds its owner (the model or adapter), so
+// the tensor is not freed while the Param is in use; after the owner's Close
+// its methods return ErrClosed.
 type Param struct {
 	Name  string
 	Shape []int64 // ggml order, ne0 first
 	t     *C.struct_ggml_tensor
+	owner owner
+	n     int
 }
 
-func newParam(name string, t *C.struct_ggml_tensor) (*Param, error) {
+// owner is the handle whose C memory holds a Param's tensor.
+type owner interface{ closed() bool }
+
+func newParam(name string, t *C.struct_ggml_tensor, o owner) (*Param, error) {
 	if t == nil {
 		return nil, fmt.Errorf("no tensor %q", name)
 	}
@@ -35,36 +42,51 @@ func newParam(name string, t *C.struct_ggml_tensor) (*Param, error) {
 	for i := 0; i < int(C.ggml_n_dims(t)); i++ {
 		shape = append(shape, int64(t.ne[i]))
 	}
-	return &Param{Name: name, Shape: shape, t: t}, nil
+	return &Param{Name: name, Shape: shape, t: t, owner: o, n: int(C.ggml_nelements(t))}, nil
 }
 
 // Len is the number of values.
-func (p *Param) Len() int { return int(C.ggml_nelements(p.t)) }
+func (p *Param) Len() int { return p.n }
 
 // Get copies the tensor's values into dst (len(dst) == Len()).
-func (p *Param) Get(dst []float32) {
-	if len(dst) != p.Len() {
-		panic(fmt.Sprintf("llama: Param.Get of %s into %d values, want %d", p.Name, len(dst), p.Len()))
+func (p *Param) Get(dst []float32) error {
+	if len(dst) != p.n {
+		return fmt.Errorf("llama: Param.Get of %s into %d values, want %d", p.Name, len(dst), p.n)
+	}
+	defer runtime.KeepAlive(p.owner)
+	if p.owner.closed() {
+		return ErrClosed
 	}
 	C.ggml_backend_tensor_get(p.t, unsafe.Pointer(&dst[0]), 0, C.size_t(4*len(dst)))
+	return nil
 }
 
 // Set copies src into the tensor (len(src) == Len()).
-func (p *Param) Set(src []float32) {
-	if len(src) != p.Len() {
-		panic(fmt.Sprintf("llama: Param.Set of %s from %d values, want %d", p.Name, len(src), p.Len()))
+func (p *Param) Set(src []float32) error {
+	if len(src) != p.n {
+		return fmt.Errorf("llama: Param.Set of %s from %d values, want %d", p.Name, len(src), p.n)
+	}
+	defer runtime.KeepAlive(p.owner)
+	if p.owner.closed() {
+		return ErrClosed
 	}
 	C.ggml_backend_tensor_set(p.t, unsafe.Pointer(&src[0]), 0, C.size_t(4*len(src)))
-	runtime.KeepAlive(src)
+	return nil
 }
 
 // Weight returns a model weight by its GGUF name (for example
 // "blk.0.attn_q.weight"). Weights to be trained must be F32, and the model
-// loaded with NoMmap (a mapped file is read-only).
+// loaded with NoMmap (a mapped file is read-only). Training writes the
+// weight: a model being trained is not read-only, so no other goroutine may
+// use it meanwhile.
 func (m *Model) Weight(name string) (*Param, error) {
 	cn := C.CString(name)
 	defer C.free(unsafe.Pointer(cn))
-	p, err := newParam(name, C.llama_model_get_tensor_by_name(m.m, cn))
+	var p *Param
+	var err error
+	if e := m.with(func(cm *C.struct_llama_model) { p, err = newParam(name, C.llama_model_get_tensor_by_name(cm, cn), m) }); e != nil {
+		return nil, e
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.path, err)
 	}
@@ -75,13 +97,22 @@ func (m *Model) Weight(name string) (*Param, error) {
 func (m *Model) WeightShape(name string) ([]int64, error) {
 	cn := C.CString(name)
 	defer C.free(unsafe.Pointer(cn))
-	t := C.llama_model_get_tensor_by_name(m.m, cn)
-	if t == nil {
-		return nil, fmt.Errorf("%s: no tensor %q", m.path, name)
-	}
 	var shape []int64
-	for i := 0; i < int(C.ggml_n_dims(t)); i++ {
-		shape = append(shape, int64(t.ne[i]))
+	found := false
+	if err := m.with(func(cm *C.struct_llama_model) {
+		t := C.llama_model_get_tensor_by_name(cm, cn)
+		if t == nil {
+			return
+		}
+		found = true
+		for i := 0; i < int(C.ggml_n_dims(t)); i++ {
+			shape = append(shape, int64(t.ne[i]))
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: no tensor %q", m.path, name)
 	}
 	return shape, nil
 }
@@ -91,7 +122,13 @@ func (m *Model) WeightShape(name string) ([]int64, error) {
 func (a *Adapter) Tensor(name string) (*Param, error) {
 	cn := C.CString(name)
 	defer C.free(unsafe.Pointer(cn))
-	p, err := newParam(name, C.llama_adapter_lora_get_tensor(a.a, cn))
+	var p *Param
+	var err error
+	if e := a.with(func(ca *C.struct_llama_adapter_lora) {
+		p, err = newParam(name, C.llama_adapter_lora_get_tensor(ca, cn), a)
+	}); e != nil {
+		return nil, e
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", a.path, err)
 	}
@@ -114,11 +151,11 @@ type PGSeq struct {
 // ComputeBufferBytes is the size of the context's compute buffers over every
 // backend: what the largest graph computed so far needed (they only grow).
 // After PGEval with params, the training graph's activations and gradients.
+// It is 0 on a closed context.
 func (c *Context) ComputeBufferBytes() int64 {
-	if c == nil || c.c == nil {
-		return 0
-	}
-	return int64(C.llama_context_compute_buffer_size(c.c))
+	var n int64
+	c.do(func(cc *C.struct_llama_context) { n = int64(C.llama_context_compute_buffer_size(cc)) })
+	return n
 }
 
 // PGEval runs the model on seqs packed into one micro-batch, without the KV
@@ -129,7 +166,13 @@ func (c *Context) ComputeBufferBytes() int64 {
 // of every completion token, sequences in order. The context must have been
 // created with TrainingGraphs and a micro-batch (NUBatch) that holds all the
 // tokens.
+//
+// It marks params as trainable in the model's graph while it runs: no other
+// goroutine may compute with the same model meanwhile.
 func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss float64, logprobs []float32, err error) {
+	if c.closed() {
+		return 0, nil, ErrClosed
+	}
 	if len(seqs) == 0 {
 		return 0, nil, errors.New("llama: PGEval of no sequences")
 	}
@@ -147,67 +190,67 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		nComp += len(s.Tokens) - s.NPrompt
 	}
 	for j, p := range params {
+		if p.owner.closed() {
+			return 0, nil, fmt.Errorf("llama: param %s: %w", p.Name, ErrClosed)
+		}
 		if len(grads[j]) != p.Len() {
 			return 0, nil, fmt.Errorf("llama: gradient buffer of %s has %d values, want %d", p.Name, len(grads[j]), p.Len())
 		}
 	}
-	// Everything handed to C lives in C memory for the call.
-	cs := (*C.struct_llama_pg_seq)(C.malloc(C.size_t(len(seqs)) * C.sizeof_struct_llama_pg_seq))
-	defer C.free(unsafe.Pointer(cs))
-	csl := unsafe.Slice(cs, len(seqs))
-	var toks []unsafe.Pointer
+	defer runtime.KeepAlive(params) // and through them their owners
+	// The arrays handed to C are Go memory holding only C pointers (cgo
+	// allows passing them); what they point to is C memory, freed on return.
+	var cmem []unsafe.Pointer
 	defer func() {
-		for _, p := range toks {
+		for _, p := range cmem {
 			C.free(p)
 		}
 	}()
+	cbytes := func(p unsafe.Pointer, n int) unsafe.Pointer {
+		q := C.CBytes(unsafe.Slice((*byte)(p), n))
+		cmem = append(cmem, q)
+		return q
+	}
+	cs := make([]C.struct_llama_pg_seq, len(seqs))
 	for i, s := range seqs {
-		p := C.malloc(C.size_t(4 * len(s.Tokens)))
-		toks = append(toks, p)
-		copy(unsafe.Slice((*Token)(p), len(s.Tokens)), s.Tokens)
-		csl[i] = C.struct_llama_pg_seq{tokens: (*C.llama_token)(p), n_tokens: C.int32_t(len(s.Tokens)), n_prompt: C.int32_t(s.NPrompt), weight: C.float(s.Weight)}
+		cs[i] = C.struct_llama_pg_seq{
+			tokens:   (*C.llama_token)(cbytes(unsafe.Pointer(&s.Tokens[0]), 4*len(s.Tokens))),
+			n_tokens: C.int32_t(len(s.Tokens)), n_prompt: C.int32_t(s.NPrompt), weight: C.float(s.Weight),
+		}
 		if s.TokenWeights != nil {
-			w := C.malloc(C.size_t(4 * len(s.TokenWeights)))
-			toks = append(toks, w)
-			copy(unsafe.Slice((*float32)(w), len(s.TokenWeights)), s.TokenWeights)
-			csl[i].token_weights = (*C.float)(w)
+			cs[i].token_weights = (*C.float)(cbytes(unsafe.Pointer(&s.TokenWeights[0]), 4*len(s.TokenWeights)))
 		}
 	}
 	var cparams **C.struct_ggml_tensor
 	var cgrads **C.float
+	gl := make([]*C.float, len(params))
 	if len(params) > 0 {
-		cparams = (**C.struct_ggml_tensor)(C.malloc(C.size_t(len(params)) * C.size_t(unsafe.Sizeof(uintptr(0)))))
-		defer C.free(unsafe.Pointer(cparams))
-		cgrads = (**C.float)(C.malloc(C.size_t(len(params)) * C.size_t(unsafe.Sizeof(uintptr(0)))))
-		defer C.free(unsafe.Pointer(cgrads))
-		pl := unsafe.Slice(cparams, len(params))
-		gl := unsafe.Slice(cgrads, len(params))
+		pl := make([]*C.struct_ggml_tensor, len(params))
 		for j, p := range params {
 			pl[j] = p.t
-			gp := (*C.float)(C.malloc(C.size_t(4 * p.Len())))
-			gl[j] = gp
-			defer C.free(unsafe.Pointer(gp))
+			gl[j] = (*C.float)(C.malloc(C.size_t(4 * p.Len())))
+			cmem = append(cmem, unsafe.Pointer(gl[j]))
 		}
+		cparams, cgrads = &pl[0], &gl[0]
 	}
-	lp := (*C.float)(C.malloc(C.size_t(4 * nComp)))
-	defer C.free(unsafe.Pointer(lp))
+	logprobs = make([]float32, nComp)
 	var closs C.double
 	c.profStart()
 	var rc C.int32_t
-	msg := call(func() {
-		rc = C.llama_pg_eval(c.c, cs, C.int32_t(len(seqs)), cparams, C.int32_t(len(params)), cgrads, &closs, lp)
-	})
+	var msg string
+	if err := c.with(func(cc *C.struct_llama_context) {
+		msg = call(func() {
+			rc = C.llama_pg_eval(cc, &cs[0], C.int32_t(len(seqs)), cparams, C.int32_t(len(params)), cgrads, &closs, (*C.float)(unsafe.Pointer(&logprobs[0])))
+		})
+	}); err != nil {
+		return 0, nil, err
+	}
 	if rc != 0 {
 		return 0, nil, fmt.Errorf("llama: %s", because(fmt.Sprintf("training evaluation failed (%d)", int(rc)), msg))
 	}
-	if len(params) > 0 {
-		gl := unsafe.Slice(cgrads, len(params))
-		for j, p := range params {
-			copy(grads[j], unsafe.Slice((*float32)(unsafe.Pointer(gl[j])), p.Len()))
-		}
+	for j, p := range params {
+		copy(grads[j], unsafe.Slice((*float32)(unsafe.Pointer(gl[j])), p.Len()))
 	}
-	logprobs = make([]float32, nComp)
-	copy(logprobs, unsafe.Slice((*float32)(unsafe.Pointer(lp)), nComp))
 	return float64(closs), logprobs, nil
 }
 
@@ -217,7 +260,11 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 // of the architecture's graph without a backward pass is found later, by
 // PGEval, with the op's name.
 func (m *Model) CanTrain() error {
-	if why := C.llama_model_training_unsupported(m.m); why != nil {
+	var why *C.char
+	if err := m.with(func(cm *C.struct_llama_model) { why = C.llama_model_training_unsupported(cm) }); err != nil {
+		return err
+	}
+	if why != nil {
 		return fmt.Errorf("%s: the %s architecture cannot be trained: %s", m.path, m.Architecture(), C.GoString(why))
 	}
 	return nil

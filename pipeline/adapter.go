@@ -12,7 +12,9 @@ type PEFTSummary = train.PEFTSummary
 // ExportPEFT converts the GGUF LoRA adapter (made for cfg's model) into a
 // PEFT adapter folder dir: adapter_model.safetensors and
 // adapter_config.json, for PEFT, transformers and vLLM's LoRA serving.
-func ExportPEFT(cfg ModelConfig, adapter, dir string) (PEFTSummary, error) {
+// baseModel is its base_model_name_or_path; "" takes it from the GGUF's
+// metadata (train.BaseModelName).
+func ExportPEFT(cfg ModelConfig, adapter, dir, baseModel string) (PEFTSummary, error) {
 	if adapter == "" || dir == "" {
 		return PEFTSummary{}, errors.New("adapter export: give the GGUF adapter and the PEFT folder to write")
 	}
@@ -22,7 +24,7 @@ func ExportPEFT(cfg ModelConfig, adapter, dir string) (PEFTSummary, error) {
 		return PEFTSummary{}, err
 	}
 	defer m.Close()
-	return train.ExportPEFT(m.llm, adapter, dir)
+	return train.ExportPEFT(m.llm, adapter, dir, baseModel)
 }
 
 // ImportPEFT converts a PEFT LoRA adapter folder (trained on the Hugging

@@ -353,3 +353,45 @@ func TestTopPZeroIsGreedy(t *testing.T) {
 		t.Fatalf("top_p 0.9: sampler %+v", s)
 	}
 }
+
+// TestExportsKeepUserFields: a verl prompt's data_source and extra_info, a
+// confclip prompt's unknown fields and a conversational prompt's messages go
+// from the prompt file through rollout and score into the exports, and the
+// export's provenance is the rollout's when no model is given.
+func TestExportsKeepUserFields(t *testing.T) {
+	cfg, data := apiFixture(t,
+		`{"prompt":[{"role":"user","content":"Say 1:"}],"reward_model":{"ground_truth":"x"},"data_source":"my/wordprobs","extra_info":{"index":7,"split":"train"}}`,
+	)
+	cfg.Model.ChatTemplate = "chatml"
+	m := openModel(t, cfg)
+	dir := t.TempDir()
+	rolls, scored := filepath.Join(dir, "rollouts.jsonl"), filepath.Join(dir, "scored.jsonl")
+	ctx := context.Background()
+	res, err := Rollout(ctx, m, RolloutOptions{Config: cfg, In: data, Out: rolls, NoTiming: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	so := NewScoreOptions(cfg, rolls, scored)
+	so.Reward.Method = "binary"
+	if _, err := Score(ctx, so); err != nil {
+		t.Fatal(err)
+	}
+	verl, trl := filepath.Join(dir, "verl.jsonl"), filepath.Join(dir, "trl.jsonl")
+	for _, o := range []ExportOptions{{In: scored, Out: verl, Layout: LayoutVerl}, {In: scored, Out: trl, Layout: LayoutTRL}} {
+		sum, err := Export(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Provenance.ModelSHA256 == "" || sum.Provenance.ModelSHA256 != res.Provenance.ModelSHA256 {
+			t.Errorf("%s: provenance model %q, the rollout's %q", o.Layout, sum.Provenance.ModelSHA256, res.Provenance.ModelSHA256)
+		}
+	}
+	v := readRows(t, verl)[0]
+	if v["data_source"] != "my/wordprobs" || fmt.Sprint(v["extra_info"]) != "map[index:7 split:train]" {
+		t.Errorf("verl row: data_source %v, extra_info %v", v["data_source"], v["extra_info"])
+	}
+	p, ok := readRows(t, trl)[0]["prompt"].([]any)
+	if !ok || len(p) != 1 || fmt.Sprint(p[0]) != "map[content:Say 1: role:user]" {
+		t.Errorf("TRL prompt: %#v, want the messages given", readRows(t, trl)[0]["prompt"])
+	}
+}

@@ -6,6 +6,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"sort"
 	"strings"
 
@@ -54,7 +55,7 @@ type DataConfig struct {
 // RolloutConfig is the sampling setup.
 type RolloutConfig struct {
 	Group       int      `toml:"group"`       // completions per prompt (G)
-	MaxTokens   int      `toml:"max_tokens"`  // completion length limit
+	MaxTokens   int      `toml:"max_tokens"`  // completion length limit; 0 = the context left after the prompt
 	Temperature float64  `toml:"temperature"` // sampling temperature
 	TopP        float64  `toml:"top_p"`       // nucleus; 1 = off
 	TopK        int      `toml:"top_k"`       // 0 = off
@@ -63,18 +64,26 @@ type RolloutConfig struct {
 	Parallel    int      `toml:"parallel"`    // sequences in flight
 	Chat        bool     `toml:"chat"`        // render prompts with the chat template
 	Stop        []string `toml:"stop"`        // stop strings
+	// Endpoints, when set, are the rollout workers of `run`
+	// ("http://host:port/v1"): OpenAI-compatible servers, confclip serve
+	// for adapter uploads (docs/scale.md).
+	Endpoints []string `toml:"endpoints"`
 }
 
 // VerifierConfig chooses and tunes the verifier.
 type VerifierConfig struct {
-	Name        string   `toml:"name"`         // math, exact, choice, format, command
-	Pattern     string   `toml:"pattern"`      // format: regular expression
-	JSON        bool     `toml:"json"`         // format: completion must be JSON
-	Command     []string `toml:"command"`      // command: argv
-	TimeoutMS   int      `toml:"timeout_ms"`   // per verification
-	MaxBytes    int      `toml:"max_bytes"`    // completions are capped to this many bytes
-	RelTol      float64  `toml:"rel_tol"`      // math: relative tolerance for irrationals
-	LastNumber  bool     `toml:"last_number"`  // math: fall back to the last number
+	Name       string   `toml:"name"`        // math, exact, choice, format, command
+	Pattern    string   `toml:"pattern"`     // format: regular expression
+	JSON       bool     `toml:"json"`        // format: completion must be JSON
+	Command    []string `toml:"command"`     // command: argv
+	TimeoutMS  int      `toml:"timeout_ms"`  // per verification
+	MaxBytes   int      `toml:"max_bytes"`   // completions are capped to this many bytes
+	RelTol     float64  `toml:"rel_tol"`     // math: relative tolerance for irrationals
+	LastNumber bool     `toml:"last_number"` // math: fall back to the last number
+	// Strict (math): final-answer forms only, no last-number fallback.
+	// Unset means true in run and experiment (a policy trained against the
+	// verifier would learn to end on any number) and false elsewhere.
+	Strict      *bool    `toml:"strict"`
 	Extractors  []string `toml:"extractors"`   // math: extraction priority
 	CaseFold    bool     `toml:"case_fold"`    // exact: ignore case
 	IgnorePunct bool     `toml:"ignore_punct"` // exact: ignore punctuation
@@ -161,7 +170,7 @@ type ExperimentConfig struct {
 func DefaultConfig() Config {
 	return Config{
 		Model:      ModelConfig{Ctx: 2048},
-		Rollout:    RolloutConfig{Group: 8, MaxTokens: 256, Temperature: 1, TopP: 1},
+		Rollout:    RolloutConfig{Group: 8, MaxTokens: 0, Temperature: 1, TopP: 1},
 		Verifier:   VerifierConfig{Name: "math", TimeoutMS: 2000, MaxBytes: 64 << 10, RelTol: 1e-6, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10},
 		Confidence: ConfidenceConfig{Estimator: "geo_mean", Scope: "completion"},
 		Reward:     RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
@@ -182,8 +191,11 @@ func LoadConfig(path string) (Config, error) {
 		return cfg, nil
 	}
 	md, err := toml.DecodeFile(path, &cfg)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
 		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	if err != nil {
+		return cfg, configError{fmt.Errorf("%s: %w", path, err)}
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))
@@ -191,10 +203,30 @@ func LoadConfig(path string) (Config, error) {
 			keys[i] = k.String() + didYouMean(k.String(), configKeyNames())
 		}
 		sort.Strings(keys)
-		return cfg, fmt.Errorf("%s: unknown key %s", path, strings.Join(keys, ", "))
+		return cfg, configError{fmt.Errorf("%s: unknown key %s", path, strings.Join(keys, ", "))}
 	}
 	return cfg, nil
 }
+
+// TrainingDefaults sets what is unset in cfg to its value for training
+// against the verifier (run, experiment): verifier.strict = true.
+func TrainingDefaults(cfg Config) Config {
+	if cfg.Verifier.Strict == nil {
+		strict := true
+		cfg.Verifier.Strict = &strict
+	}
+	return cfg
+}
+
+// ErrConfig is what errors.Is finds in an error of the configuration a
+// user wrote (a file that does not parse, an unknown key): like a bad flag,
+// a usage error, which the command line exits with status 2 for.
+var ErrConfig = errors.New("bad configuration")
+
+type configError struct{ error }
+
+func (configError) Is(target error) bool { return target == ErrConfig }
+func (e configError) Unwrap() error      { return e.error }
 
 // ErrNoModel is returned by stages that need a model when none was given.
 var ErrNoModel = errors.New("no model given (--model or [model] path)")

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -48,7 +49,13 @@ func crashPoint(phase string) {
 		crash.phase, crash.n = v, 1
 		if p, n, ok := strings.Cut(v, "@"); ok {
 			crash.phase = p
-			crash.n, _ = strconv.Atoi(n)
+			k, err := strconv.Atoi(n)
+			if err != nil || k < 1 {
+				// A test hook: a bad value is the test's bug, and a crash
+				// at no point would pass it silently.
+				panic(fmt.Sprintf("%s=%q: want phase or phase@N with N >= 1", CrashEnv, v))
+			}
+			crash.n = k
 		}
 		crash.seen = map[string]int{}
 	})
@@ -60,7 +67,7 @@ func crashPoint(phase string) {
 	hit := crash.seen[phase] == crash.n
 	crash.mu.Unlock()
 	if hit {
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is on its way
+		syscall.Kill(os.Getpid(), syscall.SIGKILL) //nolint:errcheck // signalling itself cannot fail
+		select {}                                  // the signal is on its way
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/jsonnull"
 )
 
 // Start is one entry of experiment.starts: a pre-training seed (a TOML
@@ -164,6 +165,7 @@ func Experiment(ctx context.Context, cfg Config, progress func(Event)) (Experime
 	if progress == nil {
 		progress = func(Event) {}
 	}
+	cfg = TrainingDefaults(cfg)
 	res := ExperimentResult{Dir: cfg.Run.Out}
 	if len(cfg.Experiment.Arms) == 0 || len(cfg.Experiment.Seeds) == 0 {
 		return res, errors.New("experiment: no arms or no seeds ([experiment] arms, seeds)")
@@ -250,7 +252,12 @@ func Experiment(ctx context.Context, cfg Config, progress func(Event)) (Experime
 	}); err != nil {
 		return res, err
 	}
-	b, _ := json.MarshalIndent(res, "", "  ")
+	// A metric without data is NaN (a seed that did not evaluate, say):
+	// written as null, where encoding/json would refuse the whole file.
+	b, err := jsonnull.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return res, fmt.Errorf("results.json: %w", err)
+	}
 	return res, WriteFileAtomic(filepath.Join(cfg.Run.Out, "results.json"), func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // Export formats.
@@ -78,9 +79,9 @@ type ExportSummary struct {
 // input order (dataset.TrainExample): the prompt and completion token ids, a
 // completion mask of ones, the sequence's advantage and its per-token
 // broadcast, the sampling log-probs as old_logprobs, the reward, and the
-// provenance. Advantages are used as scoring left them: a completion that
-// scoring masked (advantage.mask_truncated) keeps its tokens in the mask with
-// advantage 0.
+// provenance. Advantages are used as scoring left them; with
+// MaskTruncated a completion stopped on the length limit (advantage 0 from
+// scoring) gets a mask of zeros.
 //
 // A record without completion or prompt tokens is an error that names its
 // file and line: completions produced elsewhere need teacher forcing while
@@ -89,6 +90,9 @@ type ExportSummary struct {
 // into place, so a failed export leaves no partial file.
 func Export(opts ExportOptions) (ExportSummary, error) {
 	sum := ExportSummary{Out: opts.Out}
+	if err := atomicfile.NotInput(opts.Out, opts.In); err != nil {
+		return sum, err
+	}
 	format, err := exportFormat(opts.Out, opts.Format)
 	if err != nil {
 		return sum, err
@@ -164,6 +168,20 @@ func exportFormat(out, format string) (string, error) {
 
 func newProvenance(opts ExportOptions) (dataset.Provenance, error) {
 	p := dataset.Provenance{Adapter: opts.Adapter}
+	if opts.Model == "" {
+		// No model given: the rollout's provenance, which score keeps
+		// beside its output, says what made the completions.
+		if b, err := os.ReadFile(ProvenancePath(opts.In)); err == nil {
+			var rp RolloutProvenance
+			if err := json.Unmarshal(b, &rp); err != nil {
+				return p, fmt.Errorf("%s: %w", ProvenancePath(opts.In), err)
+			}
+			p.ModelSHA256 = rp.ModelSHA256
+			if p.Adapter == "" {
+				p.Adapter = rp.Adapter
+			}
+		}
+	}
 	if opts.Model != "" {
 		h, err := FileSHA256(opts.Model)
 		if err != nil {
@@ -273,6 +291,8 @@ func trainExample(rec *dataset.Scored, prov dataset.Provenance) (ex dataset.Trai
 		Prompt:         rec.Prompt,
 		Completion:     rec.Text,
 		Answer:         rec.Answer,
+		Messages:       rec.Messages,
+		Meta:           rec.Meta,
 	}, fromModel, nil
 }
 
@@ -288,9 +308,9 @@ func ReadTrainExamples(path string) ([]dataset.TrainExample, error) {
 		return nil, err
 	}
 	head := make([]byte, len(parquetMagic))
-	n, _ := io.ReadFull(f, head)
+	_, rerr := io.ReadFull(f, head) // a file shorter than the magic is not Parquet
 	f.Close()
-	if n == len(head) && bytes.Equal(head, parquetMagic) {
+	if rerr == nil && bytes.Equal(head, parquetMagic) {
 		if err := checkParquetLayout(path); err != nil {
 			return nil, err
 		}

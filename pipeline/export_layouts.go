@@ -2,12 +2,11 @@ package pipeline
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // Export layouts: which columns a training set has and what they are
@@ -33,10 +32,14 @@ const (
 // old_per_token_logps) and of its datasets (prompt, completion; solution for
 // its accuracy reward; label for KTO).
 type trlRow struct {
-	Schema           string    `json:"schema" parquet:"schema"`
-	PromptID         string    `json:"prompt_id" parquet:"prompt_id"`
-	Sample           int       `json:"sample" parquet:"sample"`
-	Prompt           string    `json:"prompt" parquet:"prompt"`
+	Schema   string `json:"schema" parquet:"schema"`
+	PromptID string `json:"prompt_id" parquet:"prompt_id"`
+	Sample   int    `json:"sample" parquet:"sample"`
+	// Prompt is the prompt as the user gave it in JSONL: the messages of a
+	// conversational prompt (TRL's conversational format), else the text;
+	// PromptText, the rendered text, is Parquet's prompt column.
+	Prompt           any       `json:"prompt" parquet:"-"`
+	PromptText       string    `json:"-" parquet:"prompt"`
 	Completion       string    `json:"completion" parquet:"completion"`
 	Solution         string    `json:"solution" parquet:"solution"`
 	Label            bool      `json:"label" parquet:"label"`
@@ -65,6 +68,7 @@ type verlRow struct {
 	UID               string          `json:"uid" parquet:"uid"`
 	Sample            int             `json:"sample" parquet:"sample"`
 	DataSource        string          `json:"data_source" parquet:"data_source"`
+	ExtraInfo         map[string]any  `json:"extra_info,omitempty" parquet:"-"` // the prompt's, in JSONL
 	Prompt            string          `json:"prompt" parquet:"prompt"`
 	Response          string          `json:"response" parquet:"response"`
 	RewardModel       verlRewardModel `json:"reward_model" parquet:"reward_model"`
@@ -82,7 +86,11 @@ type verlRow struct {
 }
 
 func toTRL(ex dataset.TrainExample, correct bool) trlRow {
-	return trlRow{Schema: SchemaTrainTRL, PromptID: ex.PromptID, Sample: ex.Sample, Prompt: ex.Prompt, Completion: ex.Completion,
+	var prompt any = ex.Prompt
+	if len(ex.Messages) > 0 {
+		prompt = ex.Messages
+	}
+	return trlRow{Schema: SchemaTrainTRL, PromptID: ex.PromptID, Sample: ex.Sample, Prompt: prompt, PromptText: ex.Prompt, Completion: ex.Completion,
 		Solution: ex.Answer, Label: correct, PromptIDs: ex.PromptIDs, CompletionIDs: ex.CompletionIDs, CompletionMask: ex.CompletionMask,
 		Advantages: ex.Advantage, OldPerTokenLogps: ex.OldLogprobs, Reward: ex.Reward}
 }
@@ -99,7 +107,13 @@ func toVerl(ex dataset.TrainExample) verlRow {
 	if n > 0 {
 		scores[n-1] = ex.Reward
 	}
-	return verlRow{Schema: SchemaTrainVerl, UID: ex.PromptID, Sample: ex.Sample, DataSource: "confclip",
+	// verl picks its reward function by data_source: the user's is kept.
+	source := "confclip"
+	if s, ok := ex.Meta["data_source"].(string); ok && s != "" {
+		source = s
+	}
+	extra, _ := ex.Meta["extra_info"].(map[string]any)
+	return verlRow{Schema: SchemaTrainVerl, UID: ex.PromptID, Sample: ex.Sample, DataSource: source, ExtraInfo: extra,
 		Prompt: ex.Prompt, Response: ex.Completion, RewardModel: verlRewardModel{GroundTruth: ex.Answer, Style: "rule"},
 		Prompts: ex.PromptIDs, Responses: ex.CompletionIDs, ResponseMask: ex.CompletionMask, InputIDs: ids, AttentionMask: attn,
 		PositionIDs: pos, OldLogProbs: ex.OldLogprobs, Advantages: ex.Advantages, Returns: ex.Advantages,
@@ -184,7 +198,7 @@ func createLayoutWriter(path, format, layout string) (*layoutWriter, error) {
 // the target, renamed into place on commit.
 type pqWriter[T any] struct {
 	path string
-	tmp  *os.File
+	f    *atomicfile.File
 	pw   *parquet.GenericWriter[T]
 	conv func(dataset.TrainExample, bool) T
 	row  [1]T
@@ -194,15 +208,15 @@ type pqWriter[T any] struct {
 const metaLayout = "confclip.layout"
 
 func newPQ[T any](path, layout string, conv func(dataset.TrainExample, bool) T) (*pqWriter[T], error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	f, err := atomicfile.Create(path)
 	if err != nil {
 		return nil, err
 	}
-	pw := parquet.NewGenericWriter[T](tmp,
+	pw := parquet.NewGenericWriter[T](f,
 		parquet.Compression(&parquet.Zstd),
 		parquet.KeyValueMetadata("confclip.schema", dataset.SchemaTrain),
 		parquet.KeyValueMetadata(metaLayout, layout))
-	return &pqWriter[T]{path: path, tmp: tmp, pw: pw, conv: conv}, nil
+	return &pqWriter[T]{path: path, f: f, pw: pw, conv: conv}, nil
 }
 
 func (w *pqWriter[T]) write(ex dataset.TrainExample, correct bool) error {
@@ -214,24 +228,11 @@ func (w *pqWriter[T]) write(ex dataset.TrainExample, correct bool) error {
 }
 
 func (w *pqWriter[T]) commit() error {
-	err := w.pw.Close()
-	if err == nil {
-		err = w.tmp.Sync()
-	}
-	if cerr := w.tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(w.tmp.Name(), w.path)
-	}
-	if err != nil {
-		os.Remove(w.tmp.Name())
+	if err := w.pw.Close(); err != nil {
+		w.f.Abort()
 		return fmt.Errorf("%s: %w", w.path, err)
 	}
-	return nil
+	return w.f.Commit()
 }
 
-func (w *pqWriter[T]) abort() {
-	w.tmp.Close()
-	os.Remove(w.tmp.Name())
-}
+func (w *pqWriter[T]) abort() { w.f.Abort() }

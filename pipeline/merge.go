@@ -11,6 +11,7 @@ import (
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 )
 
 // MergeResult says what a merge joined.
@@ -23,32 +24,34 @@ type MergeResult struct {
 }
 
 // checkShards parses each input's shard ("K/N") and checks that together
-// they are 0..N-1, each once; it returns the inputs' order by shard.
-func checkShards(what string, files, specs []string) ([]int, Shard, error) {
+// they are 0..N-1, each once; it returns the inputs' order by shard, each
+// input's shard, and the whole (N).
+func checkShards(what string, files, specs []string) ([]int, []Shard, Shard, error) {
 	if len(files) == 0 {
-		return nil, Shard{}, fmt.Errorf("merge: no %s to merge", what)
+		return nil, nil, Shard{}, fmt.Errorf("merge: no %s to merge", what)
 	}
 	byK := map[int]string{}
 	order := make([]int, len(files))
+	shards := make([]Shard, len(files))
 	n := 0
 	for i, spec := range specs {
 		if spec == "" {
-			return nil, Shard{}, fmt.Errorf("%s: not a shard's %s (no shard recorded): nothing to merge it with", files[i], what)
+			return nil, nil, Shard{}, fmt.Errorf("%s: not a shard's %s (no shard recorded): nothing to merge it with", files[i], what)
 		}
 		s, err := ParseShard(spec)
 		if err != nil {
-			return nil, Shard{}, fmt.Errorf("%s: %w", files[i], err)
+			return nil, nil, Shard{}, fmt.Errorf("%s: %w", files[i], err)
 		}
 		if i == 0 {
 			n = s.N
 		} else if s.N != n {
-			return nil, Shard{}, fmt.Errorf("%s is shard %s but %s is shard %s: the shards come from jobs of different sizes", files[i], spec, files[0], specs[0])
+			return nil, nil, Shard{}, fmt.Errorf("%s is shard %s but %s is shard %s: the shards come from jobs of different sizes", files[i], spec, files[0], specs[0])
 		}
 		if prev, dup := byK[s.K]; dup {
-			return nil, Shard{}, fmt.Errorf("shard %s is given twice: %s and %s", spec, prev, files[i])
+			return nil, nil, Shard{}, fmt.Errorf("shard %s is given twice: %s and %s", spec, prev, files[i])
 		}
 		byK[s.K] = files[i]
-		order[i] = s.K
+		order[i], shards[i] = s.K, s
 	}
 	var missing []string
 	for k := range n {
@@ -57,14 +60,14 @@ func checkShards(what string, files, specs []string) ([]int, Shard, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, Shard{}, fmt.Errorf("merge: shard %s missing (%d of %d given)", strings.Join(missing, ", "), len(files), n)
+		return nil, nil, Shard{}, fmt.Errorf("merge: shard %s missing (%d of %d given)", strings.Join(missing, ", "), len(files), n)
 	}
 	idx := make([]int, len(files))
 	for i := range idx {
 		idx[i] = i
 	}
 	sort.Slice(idx, func(a, b int) bool { return order[idx[a]] < order[idx[b]] })
-	return idx, Shard{N: n}, nil
+	return idx, shards, Shard{N: n}, nil
 }
 
 // MergeRollouts joins the rollout files of the N shards of one job into out
@@ -74,6 +77,9 @@ func checkShards(what string, files, specs []string) ([]int, Shard, error) {
 // its file says, holds G samples, and is in no other file.
 func MergeRollouts(inputs []string, out string) (MergeResult, error) {
 	res := MergeResult{Out: out}
+	if err := atomicfile.NotInput(out, inputs...); err != nil {
+		return res, err
+	}
 	provs := make([]RolloutProvenance, len(inputs))
 	specs := make([]string, len(inputs))
 	for i, in := range inputs {
@@ -86,7 +92,7 @@ func MergeRollouts(inputs []string, out string) (MergeResult, error) {
 		}
 		specs[i] = provs[i].Shard
 	}
-	order, whole, err := checkShards("rollout file", inputs, specs)
+	order, shards, whole, err := checkShards("rollout file", inputs, specs)
 	if err != nil {
 		return res, err
 	}
@@ -106,7 +112,7 @@ func MergeRollouts(inputs []string, out string) (MergeResult, error) {
 	owner := map[string]string{} // prompt id -> file
 	for _, i := range order {
 		in := inputs[i]
-		s, _ := ParseShard(specs[i])
+		s := shards[i]
 		recs, lines, _, err := dataset.ReadFile[dataset.Rollout](in, false)
 		if err != nil {
 			w.Abort()
@@ -188,7 +194,7 @@ func MergeScores(summaries []string, out string) (ScoreMergeResult, error) {
 		}
 		specs[i] = sums[i].Shard
 	}
-	order, whole, err := checkShards("score summary", summaries, specs)
+	order, shards, whole, err := checkShards("score summary", summaries, specs)
 	if err != nil {
 		return res, err
 	}
@@ -238,7 +244,7 @@ func MergeScores(summaries []string, out string) (ScoreMergeResult, error) {
 			w.Abort()
 			return res, fmt.Errorf("%s holds %d records but its summary %s says %d: not the file that summary describes", in, len(recs), summaries[i], s.Records)
 		}
-		sh, _ := ParseShard(specs[i])
+		sh := shards[i]
 		index := map[string]int{}
 		start := len(rewards)
 		for j := range recs {
@@ -332,7 +338,7 @@ func MergeEval(paths []string) (EvalResult, error) {
 		}
 		specs[i] = rs[i].Shard
 	}
-	order, _, err := checkShards("evaluation result", paths, specs)
+	order, shards, _, err := checkShards("evaluation result", paths, specs)
 	if err != nil {
 		return EvalResult{}, err
 	}
@@ -347,7 +353,7 @@ func MergeEval(paths []string) (EvalResult, error) {
 		if len(r.Cases) != r.Prompts {
 			return out, fmt.Errorf("%s: %d cases for %d prompts", paths[i], len(r.Cases), r.Prompts)
 		}
-		sh, _ := ParseShard(specs[i])
+		sh := shards[i]
 		for _, c := range r.Cases {
 			if !sh.Has(c.ID) {
 				return out, fmt.Errorf("%s: prompt %q is not in shard %s", paths[i], c.ID, specs[i])

@@ -66,6 +66,15 @@ type StepMetrics struct {
 	TrainS     float64 `json:"train_s"`
 	StepS      float64 `json:"step_s"`
 	TokensPerS float64 `json:"tokens_per_s"`
+	// TeacherForced counts the step's records whose log-probs came from a
+	// local teacher-forcing pass (records a remote worker sent without
+	// them); the others carry the sampler's. Workers counts the remote
+	// workers that generated the step's groups (0: the local engine), and
+	// Retries the groups sent again to another worker after a failure or
+	// a timeout.
+	TeacherForced int `json:"teacher_forced"`
+	Workers       int `json:"workers"`
+	Retries       int `json:"retries"`
 }
 
 // metricColumns are StepMetrics' JSON names in field order: the CSV header.
@@ -223,8 +232,7 @@ func OpenMetricsLog(runDir string, lastStep int) (*MetricsLog, error) {
 	}
 	l := &MetricsLog{dir: runDir, rows: keep, app: app}
 	if err := l.writeCSV(); err != nil {
-		app.Close()
-		return nil, err
+		return nil, errors.Join(err, app.Close())
 	}
 	return l, nil
 }

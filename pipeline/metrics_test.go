@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
 	"github.com/confclip/confclip/confclip"
 )
 
@@ -116,11 +119,11 @@ func TestMetricsLogRoundTrip(t *testing.T) {
 	if len(recs) != 1+len(rows) {
 		t.Fatalf("CSV has %d lines, want a header and %d rows", len(recs), len(rows))
 	}
-	wantHeader := "step,accuracy,eval_accuracy,eval_mean_tokens,mean_reward,reward_std,zero_std_frac,zero_std_frac_binary,mean_tokens,mean_tokens_right,mean_tokens_wrong,loss,grad_norm,lr,clip_frac,kl,updates,train_skipped,rollout_s,score_s,train_s,step_s,tokens_per_s"
+	wantHeader := "step,accuracy,eval_accuracy,eval_mean_tokens,mean_reward,reward_std,zero_std_frac,zero_std_frac_binary,mean_tokens,mean_tokens_right,mean_tokens_wrong,loss,grad_norm,lr,clip_frac,kl,updates,train_skipped,rollout_s,score_s,train_s,step_s,tokens_per_s,teacher_forced,workers,retries"
 	if got := strings.Join(recs[0], ","); got != wantHeader {
 		t.Errorf("CSV header\n got %s\nwant %s", got, wantHeader)
 	}
-	if got := strings.Join(recs[1], ","); got != "1,0.1,,,-0.4,0.3,0.5,0.8,39,,44,1,0.7,0,0,0,0,0,1.5,0.01,2,3.6,1234.5" {
+	if got := strings.Join(recs[1], ","); got != "1,0.1,,,-0.4,0.3,0.5,0.8,39,,44,1,0.7,0,0,0,0,0,1.5,0.01,2,3.6,1234.5,0,0,0" {
 		t.Errorf("CSV row 1: %s", got)
 	}
 	if recs[2][2] != "0.28" {
@@ -268,4 +271,45 @@ func TestStepMetricsOf(t *testing.T) {
 	if m := StepMetricsOf(8, s); !math.IsNaN(m.MeanTokensRight) || m.MeanTokens != 20 {
 		t.Errorf("no right answers: mean tokens right %v (want missing), all %v", m.MeanTokensRight, m.MeanTokens)
 	}
+}
+
+// TestPlotLayout: the legend lies below the axes (not over the data) and
+// inside the image, and the axes reach past the data, so that the last
+// step's marker is neither on the frame nor cut off.
+func TestPlotLayout(t *testing.T) {
+	var rows []StepMetrics
+	for s := range 5 {
+		r := MissingMetrics()
+		r.Step, r.Accuracy, r.MeanReward = s, float64(s)/4, float64(s) // the last point is the largest
+		rows = append(rows, r)
+	}
+	for _, c := range runCharts[:2] {
+		p := c.newPlot()
+		for i, m := range c.series {
+			if err := addSeries(p, m.label, i, points(rows, m)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		img := vgimg.New(plotWidth, plotHeight)
+		dc := draw.New(img)
+		plotArea, legendArea := layout(p, dc)
+		if legendArea.Size().Y <= 0 || legendArea.Max.Y > plotArea.Min.Y || legendArea.Min.Y < dc.Min.Y || legendArea.Max.X > dc.Max.X {
+			t.Errorf("%s: legend %v, plot %v, image %v", c.file, legendArea, plotArea, dc.Rectangle)
+		}
+		if !(p.X.Max > 4 && p.X.Min < 0 && p.Y.Max > maxY(rows, c.series)) {
+			t.Errorf("%s: axes x %v..%v, y %v..%v do not reach past the data", c.file, p.X.Min, p.X.Max, p.Y.Min, p.Y.Max)
+		}
+	}
+}
+
+func maxY(rows []StepMetrics, ms []metric) float64 {
+	m := math.Inf(-1)
+	for _, r := range rows {
+		for _, s := range ms {
+			if y := s.get(r); !math.IsNaN(y) {
+				m = max(m, y)
+			}
+		}
+	}
+	return m
 }

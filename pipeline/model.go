@@ -18,16 +18,25 @@ import (
 // with teacher forcing, Evaluate, Train, Run). The generation engines made
 // from it share its weights and follow its adapter; Close frees them all.
 //
-// A Model may be used by one stage at a time.
+// A Model may be used by one stage at a time; AdapterPath, SHA256 and
+// AdapterSHA256 may be called from any goroutine meanwhile (the server's
+// HTTP handlers do, while its loop loads adapters).
 type Model struct {
 	cfg     ModelConfig
 	llm     *llama.Model
-	adapter *llama.Adapter
 	engines []*rollout.Engine
 
-	hashMu     sync.Mutex
+	mu         sync.Mutex // guards what follows
+	adapter    *llama.Adapter
 	modelSHA   string
 	adapterSHA string
+}
+
+// currentAdapter is the adapter in use (nil when none).
+func (m *Model) currentAdapter() *llama.Adapter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.adapter
 }
 
 // OpenModel loads cfg.Path with llama.cpp (on cfg.Device, cfg.GPULayers
@@ -67,17 +76,18 @@ func (m *Model) Path() string { return m.cfg.Path }
 
 // AdapterPath is the adapter file in use, "" when none.
 func (m *Model) AdapterPath() string {
-	if m.adapter == nil {
-		return ""
+	if a := m.currentAdapter(); a != nil {
+		return a.Path()
 	}
-	return m.adapter.Path()
+	return ""
 }
 
 // Architecture is the model's general.architecture ("llama", "qwen2", ...).
 func (m *Model) Architecture() string { return m.llm.Architecture() }
 
 // LoadAdapter loads a LoRA adapter and puts it in place of the current one,
-// in every engine made so far and in those made later.
+// in every engine made so far and in those made later. On an error every
+// engine is left with the adapter it had.
 func (m *Model) LoadAdapter(path string) error {
 	if m.llm == nil {
 		return errClosed
@@ -86,26 +96,34 @@ func (m *Model) LoadAdapter(path string) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range m.engines {
+	old := m.currentAdapter()
+	for k, e := range m.engines {
 		if err := e.SetAdapter(a, 1); err != nil {
-			a.Close()
-			return err
+			// Put the old adapter back on the engines already switched (and
+			// on this one, which may hold neither), then free the new one.
+			for _, done := range m.engines[:k+1] {
+				if rerr := done.SetAdapter(old, 1); rerr != nil {
+					err = errors.Join(err, fmt.Errorf("restoring the previous adapter: %w", rerr))
+				}
+			}
+			return errors.Join(err, a.Close())
 		}
 	}
-	if m.adapter != nil {
-		m.adapter.Close()
+	m.mu.Lock()
+	m.adapter, m.adapterSHA = a, ""
+	m.mu.Unlock()
+	if old != nil {
+		if err := old.Close(); err != nil {
+			return fmt.Errorf("freeing the previous adapter: %w", err)
+		}
 	}
-	m.adapter = a
-	m.hashMu.Lock()
-	m.adapterSHA = ""
-	m.hashMu.Unlock()
 	return nil
 }
 
 // SHA256 is the hex SHA-256 of the model file (computed once).
 func (m *Model) SHA256() (string, error) {
-	m.hashMu.Lock()
-	defer m.hashMu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.modelSHA == "" {
 		h, err := FileSHA256(m.cfg.Path)
 		if err != nil {
@@ -118,11 +136,11 @@ func (m *Model) SHA256() (string, error) {
 
 // AdapterSHA256 is the hex SHA-256 of the adapter file, "" when none.
 func (m *Model) AdapterSHA256() (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.adapter == nil {
 		return "", nil
 	}
-	m.hashMu.Lock()
-	defer m.hashMu.Unlock()
 	if m.adapterSHA == "" {
 		h, err := FileSHA256(m.adapter.Path())
 		if err != nil {
@@ -148,10 +166,9 @@ func (m *Model) engine(o rollout.Options) (*rollout.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.adapter != nil {
-		if err := e.SetAdapter(m.adapter, 1); err != nil {
-			e.Close()
-			return nil, err
+	if a := m.currentAdapter(); a != nil {
+		if err := e.SetAdapter(a, 1); err != nil {
+			return nil, errors.Join(err, e.Close())
 		}
 	}
 	m.engines = append(m.engines, e)
@@ -174,7 +191,7 @@ func (m *Model) release(e *rollout.Engine) {
 			break
 		}
 	}
-	e.Close()
+	_ = e.Close() // an engine's Close frees its context, which never fails
 }
 
 // TeacherForcer returns a function that fills the tokens, log-probs and
@@ -191,17 +208,21 @@ func (m *Model) TeacherForcer(cfg Config) (func(context.Context, []*dataset.Roll
 // Close frees the engines, the adapter and the model. It is safe to call
 // twice.
 func (m *Model) Close() error {
+	var errs []error
 	for _, e := range m.engines {
-		e.Close()
+		errs = append(errs, e.Close())
 	}
 	m.engines = nil
-	if m.adapter != nil {
-		m.adapter.Close()
-		m.adapter = nil
+	m.mu.Lock()
+	a := m.adapter
+	m.adapter = nil
+	m.mu.Unlock()
+	if a != nil {
+		errs = append(errs, a.Close())
 	}
 	if m.llm != nil {
-		m.llm.Close()
+		errs = append(errs, m.llm.Close())
 		m.llm = nil
 	}
-	return nil
+	return errors.Join(errs...)
 }

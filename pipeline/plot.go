@@ -11,6 +11,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // metric is one StepMetrics column as a plotted series.
@@ -47,20 +49,20 @@ type chart struct {
 
 // runCharts are the plots Plot draws for one run.
 var runCharts = []chart{
-	{"accuracy.png", "Accuracy", "fraction right", 0, 1, []metric{metricAccuracy, metricEval}},
-	{"reward.png", "Mean reward", "reward", 0, 0, []metric{metricReward}},
-	{"zero_std.png", "Groups with zero reward std (no gradient)", "fraction of groups", 0, 1, []metric{metricZeroStd, metricZeroStdBin}},
-	{"tokens.png", "Completion length", "tokens", 0, 0, []metric{metricTokens, metricTokensRight, metricTokensWrong}},
-	{"loss.png", "Training loss", "loss", 0, 0, []metric{metricLoss}},
+	{"accuracy.png", "Accuracy: sampled training completions, greedy held-out prompts", "fraction right", 0, 1, []metric{metricAccuracy, metricEval}},
+	{"reward.png", "Mean reward of the sampled training completions (the run's reward)", "reward", 0, 0, []metric{metricReward}},
+	{"zero_std.png", "Training groups whose rewards are all equal (no gradient)", "fraction of groups", 0, 1, []metric{metricZeroStd, metricZeroStdBin}},
+	{"tokens.png", "Length of the sampled training completions", "tokens", 0, 0, []metric{metricTokens, metricTokensRight, metricTokensWrong}},
+	{"loss.png", "Training loss (the policy-gradient objective)", "loss", 0, 0, []metric{metricLoss}},
 }
 
 // compareCharts are the metrics PlotCompare draws, one PNG each.
 var compareCharts = []chart{
-	{"compare_eval_accuracy.png", "Held-out accuracy (greedy)", "fraction right", 0, 1, []metric{metricEval}},
-	{"compare_accuracy.png", "Train accuracy (sampled)", "fraction right", 0, 1, []metric{metricAccuracy}},
-	{"compare_mean_tokens.png", "Mean completion length", "tokens", 0, 0, []metric{metricTokens}},
-	{"compare_mean_reward.png", "Mean reward", "reward", 0, 0, []metric{metricReward}},
-	{"compare_zero_std_frac.png", "Groups with zero reward std", "fraction of groups", 0, 1, []metric{metricZeroStd}},
+	{"compare_eval_accuracy.png", "Held-out accuracy (greedy), per arm", "fraction right", 0, 1, []metric{metricEval}},
+	{"compare_accuracy.png", "Accuracy of the sampled training completions, per arm", "fraction right", 0, 1, []metric{metricAccuracy}},
+	{"compare_mean_tokens.png", "Length of the sampled training completions, per arm", "tokens", 0, 0, []metric{metricTokens}},
+	{"compare_mean_reward.png", "Mean reward of the sampled training completions (each arm's own reward)", "reward", 0, 0, []metric{metricReward}},
+	{"compare_zero_std_frac.png", "Training groups whose rewards are all equal, per arm (its own reward)", "fraction of groups", 0, 1, []metric{metricZeroStd}},
 }
 
 // Plot size.
@@ -127,7 +129,6 @@ func (c chart) newPlot() *plot.Plot {
 	if c.ymin < c.ymax {
 		p.Y.Min, p.Y.Max = c.ymin, c.ymax
 	}
-	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
 	return p
 }
@@ -160,17 +161,55 @@ func addSeries(p *plot.Plot, name string, i int, xys plotter.XYs) error {
 	return nil
 }
 
-// savePNG renders p and writes it to path atomically.
+// savePNG renders p (layout) and writes it to path atomically.
 func savePNG(p *plot.Plot, path string) error {
-	wt, err := p.WriterTo(plotWidth, plotHeight, "png")
-	if err != nil {
-		return err
-	}
+	c := vgimg.PngCanvas{Canvas: vgimg.New(plotWidth, plotHeight)}
+	layout(p, draw.New(c))
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return WriteFileAtomic(path, func(w io.Writer) error {
-		_, err := wt.WriteTo(w)
+		_, err := c.WriteTo(w)
 		return err
 	})
+}
+
+// layout draws p on dc so that a reader can trust it: the axes padded
+// beyond the data (no marker on the frame's edge, none cut off), and the
+// legend in a strip below the axes, never over the data. It returns the
+// areas of the plot and of the legend.
+func layout(p *plot.Plot, dc draw.Canvas) (plotArea, legendArea vg.Rectangle) {
+	padAxis(&p.X, 0.5)
+	padAxis(&p.Y, 0)
+	leg := p.Legend
+	p.Legend = plot.NewLegend() // none inside the axes
+	const pad = vg.Length(6)
+	h := leg.Rectangle(dc).Size().Y
+	if h > 0 {
+		h += 2 * pad
+	}
+	pc := draw.Crop(dc, 0, 0, h, 0)
+	p.Draw(pc)
+	if h > 0 {
+		leg.Left, leg.Top = true, true
+		lc := draw.Crop(dc, 4*pad, 0, pad, h-pad-dc.Size().Y)
+		leg.Draw(lc)
+		legendArea = lc.Rectangle
+	}
+	p.Legend = leg
+	return pc.Rectangle, legendArea
+}
+
+// padAxis widens an axis by 4% of its range on each side (at least by
+// least, and by 0.05 for a range of one value).
+func padAxis(a *plot.Axis, least float64) {
+	if math.IsInf(a.Min, 0) || math.IsInf(a.Max, 0) || a.Min > a.Max {
+		return // no data: gonum draws the empty axis
+	}
+	r := a.Max - a.Min
+	d := max(0.04*r, least)
+	if d == 0 {
+		d = 0.05 * max(math.Abs(a.Max), 1)
+	}
+	a.Min, a.Max = a.Min-d, a.Max+d
 }

@@ -103,7 +103,9 @@ func Pretrain(ctx context.Context, o PretrainOptions) error {
 	values := map[string][]float32{}
 	for _, p := range tr.Params() {
 		v := make([]float32, p.Len())
-		p.Get(v)
+		if err := p.Get(v); err != nil {
+			return err
+		}
 		values[p.Name] = v
 	}
 	spec := o.Spec

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/rollout"
+	"github.com/confclip/confclip/verifiers"
 )
 
 // RolloutOptions say what Rollout samples and where it writes.
@@ -21,7 +24,11 @@ type RolloutOptions struct {
 	In     string // prompt records (JSONL)
 	Out    string // rollout records (JSONL); an existing file is resumed
 	// SkipBad skips malformed lines of In, counting them, instead of stopping.
-	SkipBad bool
+	// AllowNoAnswer samples prompts without a reference answer although
+	// their verifier needs one (scoring will refuse them); by default such
+	// a prompt stops the rollout before any compute, naming its line.
+	AllowNoAnswer bool
+	SkipBad       bool
 	// NoTiming leaves timing out of the records: the file then depends only
 	// on the model, the prompts and the options.
 	NoTiming bool
@@ -155,8 +162,14 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	if err := o.Shard.Check(); err != nil {
 		return res, err
 	}
-	if cfg.Rollout.Group < 1 || cfg.Rollout.MaxTokens < 1 {
-		return res, fmt.Errorf("rollout.group = %d, rollout.max_tokens = %d: want both >= 1", cfg.Rollout.Group, cfg.Rollout.MaxTokens)
+	if err := atomicfile.NotInput(o.Out, o.In, cfg.Model.Path, cfg.Model.Adapter); err != nil {
+		return res, err
+	}
+	if err := cfg.ValidateTables("rollout"); err != nil {
+		return res, err
+	}
+	if cfg.Rollout.Group < 1 || cfg.Rollout.MaxTokens < 0 {
+		return res, fmt.Errorf("rollout.group = %d, rollout.max_tokens = %d: want a group of 1 or more and a length limit of 1 or more (0: the context left)", cfg.Rollout.Group, cfg.Rollout.MaxTokens)
 	}
 	pf, err := ReadPromptFile(o.In, cfg.Data.Map, o.SkipBad)
 	if err != nil {
@@ -187,6 +200,11 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 		}
 	}
 	res.Prompts = len(kept)
+	if !o.AllowNoAnswer {
+		if err := checkAnswers(o.In, kept, keptLines, cfg.Verifier.Name); err != nil {
+			return res, err
+		}
+	}
 
 	var prov RolloutProvenance
 	if o.Source != nil {
@@ -408,11 +426,18 @@ func (p RolloutProvenance) Diff(old RolloutProvenance) []string {
 	return out
 }
 
-// settingsMap renders each setting as JSON text, keyed by its name.
+// settingsMap renders each setting as JSON text, keyed by its name. Settings
+// that do not encode (a NaN) show as one entry saying so, which then differs
+// from any good settings.
 func settingsMap(s RolloutSettings) map[string]string {
-	b, _ := json.Marshal(s)
 	var raw map[string]json.RawMessage
-	json.Unmarshal(b, &raw)
+	b, err := json.Marshal(s)
+	if err == nil {
+		err = json.Unmarshal(b, &raw)
+	}
+	if err != nil {
+		return map[string]string{"settings": "not encodable: " + err.Error()}
+	}
 	out := make(map[string]string, len(raw))
 	for k, v := range raw {
 		out[k] = string(v)
@@ -431,7 +456,33 @@ func (p RolloutProvenance) String() string {
 	for i, x := range s.Stop {
 		stops[i] = fmt.Sprintf("%q", x)
 	}
-	return fmt.Sprintf("model sha256 %s, %s; group %d, max_tokens %d, temperature %g, top_p %g, top_k %d, min_p %g, seed %d, stop [%s], chat %v, ctx %d, timing %v",
+	// Messages always go through the chat template; --chat decides for plain prompts.
+	chat := "chat template for messages only"
+	if s.Chat {
+		chat = "chat template for every prompt"
+	}
+	return fmt.Sprintf("model sha256 %s, %s; group %d, max_tokens %d, temperature %g, top_p %g, top_k %d, min_p %g, seed %d, stop [%s], %s, ctx %d, timing %v",
 		p.ModelSHA256[:min(12, len(p.ModelSHA256))], adapter, s.Group, s.MaxTokens, s.Temperature, s.TopP, s.TopK, s.MinP, s.Seed,
-		strings.Join(stops, " "), s.Chat, s.Ctx, s.Timing)
+		strings.Join(stops, " "), chat, s.Ctx, s.Timing)
+}
+
+// checkAnswers refuses prompts without a reference answer whose verifier
+// needs one, naming their lines, before compute is spent on them.
+func checkAnswers(path string, prompts []dataset.Prompt, lines []int, verifier string) error {
+	var bad []string
+	for i, p := range prompts {
+		v := cmp.Or(p.Verifier, verifier)
+		if p.Answer == "" && verifiers.NeedsReference(v) {
+			bad = append(bad, fmt.Sprintf("%s:%d: prompt %q has no reference answer, which the %s verifier needs", path, lines[i], p.ID, v))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	more := ""
+	if len(bad) > 5 {
+		more = fmt.Sprintf("\n(and %d more)", len(bad)-5)
+		bad = bad[:5]
+	}
+	return fmt.Errorf("%s%s\ngive each an answer, choose a verifier that needs none (format), or sample anyway with --allow-no-answer", strings.Join(bad, "\n"), more)
 }

@@ -63,6 +63,9 @@ type RunOptions struct {
 	// greedy settings, and a new adapter (B = 0) changes no logit, so
 	// every run's step 0 is the same. Ignored with model.adapter set.
 	BeforeFrom string
+	// Remote, when set, samples each step's groups on these workers
+	// ([rollout] endpoints, remote.go) instead of the local engine.
+	Remote RemoteRollouts
 }
 
 // RunResult is what a run ended with.
@@ -80,7 +83,7 @@ type RunResult struct {
 // evaluation on the held-out prompts; metrics, plots and a checkpoint after
 // every step.
 func Run(ctx context.Context, o RunOptions) (RunResult, error) {
-	cfg := o.Config
+	cfg := TrainingDefaults(o.Config)
 	logw := o.Log
 	if logw == nil {
 		logw = io.Discard
@@ -96,6 +99,9 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		return res, err
 	}
 	if err := checkRunFiles(cfg); err != nil {
+		return res, err
+	}
+	if err := checkRemote(cfg, o.Remote); err != nil {
 		return res, err
 	}
 	trainPrompts, err := readPrompts(cfg.Data.Train, cfg.Data.Map)
@@ -126,6 +132,9 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	case ck != nil:
 		adapterPath = filepath.Join(dir, ck.Dir, ck.Adapter)
 		res.Resumed = ck.Step
+		note := fmt.Sprintf("resuming %s at step %d of %d (checkpoint %s)", dir, ck.Step+1, cfg.Run.Steps, ck.Dir)
+		fmt.Fprintln(logw, note)
+		emit(o.Progress, RunNote{Text: note})
 	case cfg.Model.Adapter != "":
 		adapterPath = cfg.Model.Adapter
 	default:
@@ -189,6 +198,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if start == 0 && greedy != nil {
 		ev, err := reuseBefore(o.BeforeFrom, dir, cfg)
 		if ev == nil && err == nil {
+			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %d prompts (%s), before training", len(evalPrompts), cfg.Data.Eval)})
 			ev, err = evaluate(0)
 		}
 		if err != nil {
@@ -219,7 +229,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 			}
 			emit(o.Progress, RunStage{Step: step, Steps: cfg.Run.Steps, Stage: name})
 		}
-		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr, stage)
+		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr, stage, remoteOf(o.Remote, h))
 		if err != nil {
 			return res, err
 		}
@@ -255,6 +265,11 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		crashPoint("step-done")
 		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
 			return res, ErrStopped
+		}
+	}
+	if o.Remote != nil {
+		if err := finishRemote(ctx, o.Remote, dir); err != nil {
+			return res, err
 		}
 	}
 	res.Rows = mlog.Rows()
@@ -337,7 +352,7 @@ func stepLine(r StepMetrics, steps int, eta time.Duration) string {
 }
 
 // runStep does one step's rollouts, scoring, export and training.
-func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer, stage func(string)) (StepMetrics, error) {
+func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer, stage func(string), rem *remoteRun) (StepMetrics, error) {
 	t0 := time.Now()
 	sdir := filepath.Join(cfg.Run.Out, "steps", fmt.Sprintf("%04d", step))
 	if err := os.MkdirAll(sdir, 0o755); err != nil {
@@ -345,25 +360,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	}
 	stage("rollout")
 	batch := stepPrompts(prompts, cfg.Run.PromptsPerStep, cfg.Rollout.Seed, step)
-	// Every step samples afresh: the engine's seed moves with the step.
-	e.SetSeed(cfg.Rollout.Seed + uint64(step)*1_000_003)
 	rolls := filepath.Join(sdir, "rollouts.jsonl")
-	rst, _, err := writeRollouts(ctx, e, batch, rolls)
-	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
-	}
-	if rst.Records == 0 {
-		return StepMetrics{}, fmt.Errorf("step %d: no completions (%v)", step, firstErrors(rst.Errors))
-	}
-	t1 := time.Now()
-	stage("scoring")
-	scored := filepath.Join(sdir, "scored.jsonl")
-	sum, err := Score(ctx, NewScoreOptions(cfg, rolls, scored))
-	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: score: %w", step, err)
-	}
-	cfgJSON, _ := json.Marshal(cfg)
-	trainSet := filepath.Join(sdir, "train.jsonl")
 	// Provenance: the adapter the rollouts were sampled with is the state
 	// after the previous step.
 	adapter := filepath.Join(cfg.Run.Out, InitAdapter)
@@ -373,6 +370,37 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	if step > 1 {
 		adapter = filepath.Join(cfg.Run.Out, fmt.Sprintf("checkpoints/step-%04d/adapter.gguf", step-1))
 	}
+	var rst rollout.Stats
+	var err error
+	if rem != nil {
+		rst, err = remoteStep(ctx, cfg, rem.src, e, step, batch, rolls, adapter)
+	} else {
+		// Every step samples afresh: the engine's seed moves with the step.
+		e.SetSeed(stepSeed(cfg, step))
+		rst, err = writeStepRollouts(ctx, e.Generate, e, batch, rolls)
+	}
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
+	}
+	if rst.Records == 0 {
+		return StepMetrics{}, fmt.Errorf("step %d: no completions (%v)", step, firstErrors(rst.Errors))
+	}
+	t1 := time.Now()
+	stage("scoring")
+	scored := filepath.Join(sdir, "scored.jsonl")
+	so := NewScoreOptions(cfg, rolls, scored)
+	if rem != nil {
+		so.Model = rem.m // records that came without log-probs
+	}
+	sum, err := Score(ctx, so)
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: score: %w", step, err)
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: the configuration as JSON (for its hash): %w", step, err)
+	}
+	trainSet := filepath.Join(sdir, "train.jsonl")
 	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: adapter,
 		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated}); err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
@@ -386,6 +414,16 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.RolloutS = t1.Sub(t0).Seconds()
 	row.ScoreS = t2.Sub(t1).Seconds()
 	row.TokensPerS = rst.TokensPerSecond()
+	row.TeacherForced = sum.TeacherForced
+	if rem != nil {
+		rep := rem.src.Report()
+		row.Retries = rep.Retries
+		for _, w := range rep.Workers {
+			if w.Groups > 0 {
+				row.Workers++
+			}
+		}
+	}
 	row.TrainSkipped = 1
 	if len(recs) > 0 {
 		stage("training")
@@ -528,23 +566,27 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 		if len(diff) > 0 {
 			return nil, fmt.Errorf("%s: the run was started with another configuration (%s): %v; resume with the same one", dir, cfgPath, diff)
 		}
+		var ck *Checkpoint
+		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
+		switch {
+		case errors.Is(err, os.ErrNotExist): // killed before its first checkpoint: start over
+		case err != nil:
+			return nil, err
+		default:
+			ck = new(Checkpoint)
+			if err := json.Unmarshal(b, ck); err != nil {
+				return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CheckpointFile), err)
+			}
+			if ck.Step > cfg.Run.Steps {
+				return nil, fmt.Errorf("%s: the run has done %d steps, more than run.steps = %d: to extend it, resume with more steps (--steps %d or more)", dir, ck.Step, cfg.Run.Steps, ck.Step+1)
+			}
+		}
 		if !bytes.Equal(old, buf.Bytes()) { // more steps: the folder says so
 			if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 				return nil, err
 			}
 		}
-		b, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil // killed before its first checkpoint: start over
-		}
-		if err != nil {
-			return nil, err
-		}
-		var ck Checkpoint
-		if err := json.Unmarshal(b, &ck); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CheckpointFile), err)
-		}
-		return &ck, nil
+		return ck, nil
 	case errors.Is(err, os.ErrNotExist) && resume:
 		return nil, fmt.Errorf("%s: nothing to resume (no %s)", dir, RunConfigFile)
 	case err != nil && !errors.Is(err, os.ErrNotExist):
@@ -590,10 +632,17 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	crashPoint("checkpoint-renamed")
 	var prev Checkpoint
 	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil {
-		json.Unmarshal(b, &prev)
+		// A record that does not parse names no folder to remove: the
+		// sweep of checkpoints/ below removes it anyway.
+		if err := json.Unmarshal(b, &prev); err != nil {
+			prev = Checkpoint{}
+		}
 	}
 	ck := Checkpoint{Step: step, Dir: name, Adapter: "adapter.gguf", Optimizer: "optimizer.bin", Time: time.Now().UTC().Format(time.RFC3339)}
-	b, _ := json.MarshalIndent(ck, "", "  ")
+	b, err := json.MarshalIndent(ck, "", "  ")
+	if err != nil {
+		return fmt.Errorf("checkpoint record: %w", err)
+	}
 	if err := WriteFileAtomic(filepath.Join(dir, CheckpointFile), func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 		return err
 	}

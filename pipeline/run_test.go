@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
@@ -120,6 +121,18 @@ func TestRunResumesExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameRunMetrics(t, whole.Rows, rows)
+
+	// Resuming with fewer steps than the run has done says so and leaves
+	// the folder as it was.
+	before, _ := os.ReadFile(filepath.Join(cfg.Run.Out, RunConfigFile))
+	short := cfg
+	short.Run.Steps = 2
+	if _, err := Run(ctx, RunOptions{Config: short, Resume: true}); err == nil || !strings.Contains(err.Error(), "has done 4 steps") {
+		t.Fatalf("resume with steps below the steps done: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(cfg.Run.Out, RunConfigFile)); string(after) != string(before) {
+		t.Fatalf("a refused resume rewrote %s", RunConfigFile)
+	}
 
 	// A changed configuration does not resume.
 	cfg.Train.LR *= 2

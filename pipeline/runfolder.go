@@ -34,7 +34,16 @@ func runConfigDiff(old []byte, cfg Config) ([]string, error) {
 		return nil, fmt.Errorf("%s: %w", RunConfigFile, err)
 	}
 	was.Run.Steps = cfg.Run.Steps
-	a, b := flatConfig(was), flatConfig(cfg)
+	// The workers may change: seeded requests sample the same on any.
+	was.Rollout.Endpoints = cfg.Rollout.Endpoints
+	a, err := flatConfig(was)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", RunConfigFile, err)
+	}
+	b, err := flatConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	var diff []string
 	for k, v := range b {
 		if a[k] != v {
@@ -46,11 +55,15 @@ func runConfigDiff(old []byte, cfg Config) ([]string, error) {
 }
 
 // flatConfig renders every key of a config as "table.key" -> TOML value.
-func flatConfig(cfg Config) map[string]string {
+func flatConfig(cfg Config) (map[string]string, error) {
 	var buf bytes.Buffer
-	toml.NewEncoder(&buf).Encode(cfg)
+	if err := toml.NewEncoder(&buf).Encode(cfg); err != nil {
+		return nil, fmt.Errorf("the configuration as TOML: %w", err)
+	}
 	var tree map[string]any
-	toml.Decode(buf.String(), &tree)
+	if _, err := toml.Decode(buf.String(), &tree); err != nil {
+		return nil, fmt.Errorf("the configuration's TOML read back: %w", err)
+	}
 	out := map[string]string{}
 	for table, v := range tree {
 		keys, ok := v.(map[string]any)
@@ -58,11 +71,14 @@ func flatConfig(cfg Config) map[string]string {
 			continue
 		}
 		for k, x := range keys {
-			b, _ := json.Marshal(x)
+			b, err := json.Marshal(x)
+			if err != nil {
+				return nil, fmt.Errorf("the configuration's %s.%s: %w", table, k, err)
+			}
 			out[table+"."+k] = string(b)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // configKeyNames lists every key of Config as "table.key", for suggestions.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -62,6 +63,7 @@ func VerifierOptions(c VerifierConfig) verifiers.Options {
 		MaxBytes:    c.MaxBytes,
 		RelTol:      c.RelTol,
 		LastNumber:  c.LastNumber,
+		Strict:      c.Strict != nil && *c.Strict,
 		Extractors:  c.Extractors,
 		CaseFold:    c.CaseFold,
 		IgnorePunct: c.IgnorePunct,
@@ -153,12 +155,15 @@ type scoreRecord struct {
 
 // scorer holds what Score resolved from its options.
 type scorer struct {
-	opts       ScoreOptions
-	reward     confclip.Reward
-	estimator  confclip.ConfidenceEstimator
-	advantage  confclip.AdvantageFunc
-	shaping    confclip.Shaping
-	verifiers  map[string]verifiers.Verifier
+	opts      ScoreOptions
+	reward    confclip.Reward
+	estimator confclip.ConfidenceEstimator
+	advantage confclip.AdvantageFunc
+	shaping   confclip.Shaping
+	verifiers map[string]verifiers.Verifier
+	// truncated are the verifiers of completions the length limit cut off
+	// (verifiers.NewTruncated: math credits final-answer forms only).
+	truncated  map[string]verifiers.Verifier
 	format     verifiers.Verifier
 	skipped    Skipped
 	needLength bool
@@ -170,6 +175,9 @@ type scorer struct {
 // appearance, and must all have the same size. Errors name file and line.
 func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 	start := time.Now()
+	if err := atomicfile.NotInput(opts.Out, opts.In); err != nil {
+		return Summary{}, err
+	}
 	tf, err := opts.teacherForceHook()
 	if err != nil {
 		return Summary{}, err
@@ -208,13 +216,19 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 		if err := writeScored(opts.Out, out); err != nil {
 			return Summary{}, err
 		}
+		// The rollout's provenance goes along, for the export.
+		if b, err := os.ReadFile(ProvenancePath(opts.In)); err == nil {
+			if err := WriteFileAtomic(ProvenancePath(opts.Out), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+				return Summary{}, err
+			}
+		}
 	}
 	sum.Seconds = time.Since(start).Seconds()
 	return sum, nil
 }
 
 func newScorer(opts ScoreOptions) (*scorer, error) {
-	s := &scorer{opts: opts, verifiers: map[string]verifiers.Verifier{}}
+	s := &scorer{opts: opts, verifiers: map[string]verifiers.Verifier{}, truncated: map[string]verifiers.Verifier{}}
 	var err error
 	rc := opts.Reward
 	if s.reward, err = confclip.NewReward(rc.Method, confclip.RewardParams{Weight: rc.Weight, Lo: rc.Lo, Hi: rc.Hi, Eps: rc.Eps, Lambda: rc.Lambda}); err != nil {
@@ -351,6 +365,9 @@ func (s *scorer) check(sr *scoreRecord) (kind string, err error) {
 			return badRecord, fmt.Errorf("prompt %q: %w", r.PromptID, err)
 		}
 		s.verifiers[sr.verifier] = v
+		if s.truncated[sr.verifier], err = verifiers.NewTruncated(sr.verifier, VerifierOptions(s.opts.Verifier)); err != nil {
+			return badRecord, fmt.Errorf("prompt %q: %w", r.PromptID, err)
+		}
 	}
 	return "", nil
 }
@@ -486,7 +503,11 @@ func (s *scorer) verify(ctx context.Context, recs []*scoreRecord) error {
 
 func (s *scorer) verifyOne(ctx context.Context, sr *scoreRecord) {
 	r := &sr.rec
-	res, err := s.verifiers[sr.verifier].Verify(ctx, r.Text, r.Answer)
+	v := s.verifiers[sr.verifier]
+	if r.Finish == dataset.FinishLength {
+		v = s.truncated[sr.verifier]
+	}
+	res, err := v.Verify(ctx, r.Text, r.Answer)
 	if err == nil && s.format != nil {
 		var f verifiers.Result
 		f, err = s.format.Verify(ctx, r.Text, r.Answer)
@@ -767,8 +788,11 @@ func (s Summary) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "verifier %s, confidence %s over %s (%d fallbacks), advantage %s\n",
 		s.Verifier, s.ConfidenceEstimator, s.ConfidenceScope, s.ScopeFallbacks, s.Advantage)
 	o := s.Outcomes
-	fmt.Fprintf(tw, "accuracy %.4f  pass@1 %.4f  pass@%d %.4f  mean tokens right %.1f / wrong %.1f\n\n",
-		o.Accuracy, o.PassAt1, o.G, o.PassAtG, o.MeanTokensRight, o.MeanTokensWrong)
+	tokens := fmt.Sprintf("mean tokens right %.1f / wrong %.1f", o.MeanTokensRight, o.MeanTokensWrong)
+	if o.MeanTokensRight == 0 && o.MeanTokensWrong == 0 {
+		tokens = "mean tokens: none counted (text-only records)"
+	}
+	fmt.Fprintf(tw, "accuracy %.4f  pass@1 %.4f  pass@%d %.4f  %s\n\n", o.Accuracy, o.PassAt1, o.G, o.PassAtG, tokens)
 	fmt.Fprintf(tw, "\tbinary baseline\t%s (chosen)\n", s.Reward.Method)
 	pct := func(st confclip.RewardStats) string {
 		return fmt.Sprintf("%d/%d (%.1f%%)", st.ZeroStdGroups, st.Groups, 100*st.ZeroStdFraction)

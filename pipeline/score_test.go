@@ -212,6 +212,11 @@ func TestScoreTextOnly(t *testing.T) {
 	if got := readScored(t, o.Out); got[0].ConfidenceScope != "none (no log-probs)" || got[0].Advantage <= 0 {
 		t.Errorf("scored = %+v", got[0])
 	}
+	var table strings.Builder
+	sum.WriteTable(&table)
+	if !strings.Contains(table.String(), "mean tokens: none counted (text-only records)") {
+		t.Errorf("text-only records: the table shows token means:\n%s", table.String())
+	}
 
 	// ConfClip without a model names the first record.
 	o = testOptions(in, filepath.Join(dir, "confclip.jsonl"))
@@ -473,5 +478,34 @@ func BenchmarkScore(b *testing.B) {
 				b.ReportMetric(rate[reward]/rate["confclip"], "binary/confclip")
 			}
 		})
+	}
+}
+
+// TestScoreTruncatedIsStrict: a completion the length limit cut off gets no
+// credit from the last-number fallback (the text stopped on the number), but
+// does for a final answer given before the cut; a finished one keeps the
+// fallback unless verifier.strict.
+func TestScoreTruncatedIsStrict(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	cut := func(r dataset.Rollout) dataset.Rollout { r.Finish = dataset.FinishLength; return r }
+	writeJSONL(t, in,
+		cut(textOnly("a", 0, "itxy apple … a+8 =", "8")),
+		cut(textOnly("a", 1, " #### 8\nQ: Sam has 3 pens and", "8")),
+		textOnly("a", 2, "Tom has 3 apples and gets 8", "8"))
+	for _, strict := range []bool{false, true} {
+		o := NewScoreOptions(DefaultConfig(), in, filepath.Join(dir, fmt.Sprintf("out-%v.jsonl", strict)))
+		o.Reward.Method = "binary" // the config's verifier: math
+		o.Verifier.Strict = &strict
+		if _, err := Score(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+		got := readScored(t, o.Out)
+		want := []bool{false, true, !strict}
+		for i, sc := range got {
+			if sc.VerifierResult.Correct != want[i] {
+				t.Errorf("strict %v, sample %d (%q): correct %v, want %v", strict, i, sc.Text, sc.VerifierResult.Correct, want[i])
+			}
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/rollout"
 )
 
@@ -42,6 +43,9 @@ type TeacherForceResult struct {
 // writes the records with them. An error names the file and line.
 func TeacherForceFile(ctx context.Context, m *Model, o TeacherForceOptions) (TeacherForceResult, error) {
 	res := TeacherForceResult{Out: o.Out}
+	if err := atomicfile.NotInput(o.Out, o.In, o.Config.Model.Path); err != nil {
+		return res, err
+	}
 	chunk := o.Chunk
 	if chunk <= 0 {
 		chunk = 256

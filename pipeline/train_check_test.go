@@ -81,7 +81,7 @@ func TestTrainChecksColumnsAgainstTokens(t *testing.T) {
 		}
 		cfg := DefaultConfig()
 		cfg.Model.Path = filepath.Join(dir, "never-loaded.gguf")
-		_, err = Train(context.Background(), TrainOptions{Config: cfg, Data: path, AdapterOut: filepath.Join(dir, "out.gguf")})
+		_, err = Train(context.Background(), TrainOptions{Config: cfg, Data: path, AdapterOut: filepath.Join(dir, "out.gguf"), Steps: 1})
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path+": record 2 (prompt \"p\" sample 1)") {
 			t.Errorf("%s: got %v, want %q naming record 2", tc.name, err, tc.want)
 		}
@@ -110,7 +110,7 @@ func TestTrainReportsMemory(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Model.Path = model
-	sum, err := Train(context.Background(), TrainOptions{Config: cfg, Data: path, AdapterOut: filepath.Join(dir, "out.gguf")})
+	sum, err := Train(context.Background(), TrainOptions{Config: cfg, Data: path, AdapterOut: filepath.Join(dir, "out.gguf"), Steps: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,36 @@ import (
 // adds nothing and a huge one exhausts memory before any error.
 const maxLoraRank = 1024
 
+// maxGroup bounds rollout.group and rollout.parallel, and MaxJobs the
+// verifications run at once: each completion in flight holds a sequence's
+// state, each job a goroutine and a checker, and a million of either
+// exhausts memory before any error.
+const (
+	maxGroup = 4096
+	MaxJobs  = 1024
+)
+
+// ValidateTables is Validate limited to the keys of the named tables: a
+// command checks the tables it uses, and a Go caller's zero tables it does
+// not use are no error.
+func (c Config) ValidateTables(tables ...string) error {
+	err := c.Validate()
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	var keep []error
+	for _, e := range joined.Unwrap() {
+		for _, t := range tables {
+			if strings.HasPrefix(e.Error(), t+".") || strings.HasPrefix(e.Error(), t+":") {
+				keep = append(keep, e)
+				break
+			}
+		}
+	}
+	return errors.Join(keep...)
+}
+
 // Validate checks every key of the configuration against its range and
 // every name against its registry, before anything is created on disk or
 // loaded. All problems are reported together, one per line, each naming
@@ -38,6 +68,11 @@ func (c Config) Validate() error {
 	atLeast := func(key string, v, lo int, what string) {
 		if v < lo {
 			bad(key, "%d: %s", v, what)
+		}
+	}
+	atMost := func(key string, v, hi int) {
+		if v > hi {
+			bad(key, "%d: at most %d (more would exhaust memory before any result)", v, hi)
 		}
 	}
 	inRange := func(key string, v, lo, hi float64, what string) {
@@ -70,7 +105,9 @@ func (c Config) Validate() error {
 
 	r := c.Rollout
 	atLeast("rollout.group", r.Group, 1, "want at least 1 completion per prompt")
-	atLeast("rollout.max_tokens", r.MaxTokens, 1, "want a completion length limit of at least 1 token")
+	atMost("rollout.group", r.Group, maxGroup)
+	atMost("rollout.parallel", r.Parallel, maxGroup)
+	atLeast("rollout.max_tokens", r.MaxTokens, 0, "want a completion length limit of at least 1 token, or 0 for the context left after the prompt")
 	inRange("rollout.temperature", r.Temperature, 0, math.MaxFloat64, "want 0 (greedy) or more")
 	if finite("rollout.top_p", r.TopP) && (r.TopP <= 0 || r.TopP > 1) {
 		bad("rollout.top_p", "%v: want a value in (0, 1]", r.TopP)

@@ -31,7 +31,7 @@ func TestValidateRejects(t *testing.T) {
 		{"-Inf lora_alpha", func(c *Config) { c.Train.LoraAlpha = math.Inf(-1) }, "train.lora_alpha: -Inf"},
 		{"huge lora_rank", func(c *Config) { c.Train.LoraRank = 100000 }, "train.lora_rank: 100000"},
 		{"zero lora_rank", func(c *Config) { c.Train.LoraRank = 0 }, "train.lora_rank: 0"},
-		{"max_tokens 0", func(c *Config) { c.Rollout.MaxTokens = 0 }, "rollout.max_tokens: 0"},
+		{"max_tokens -1", func(c *Config) { c.Rollout.MaxTokens = -1 }, "rollout.max_tokens: -1"}, // 0 is the context left
 		{"micro_batch -1", func(c *Config) { c.Train.MicroBatch = -1 }, "train.micro_batch: -1"},
 		{"threads -1", func(c *Config) { c.Model.Threads = -1 }, "model.threads: -1"},
 		{"ctx 0", func(c *Config) { c.Model.Ctx = 0 }, "model.ctx: 0"},

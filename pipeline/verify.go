@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -88,6 +89,15 @@ type verifyInput struct {
 // line. Lines are verified in batches, Jobs at a time, and written in input
 // order. An error names the file and line.
 func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, err error) {
+	if err := atomicfile.NotInput(o.Out, o.In); err != nil {
+		return sum, err
+	}
+	if err := (Config{Verifier: o.Verifier}).ValidateTables("verifier"); err != nil {
+		return sum, err
+	}
+	if o.Jobs < 0 || o.Jobs > MaxJobs {
+		return sum, fmt.Errorf("jobs = %d: want 0 (the cores) to %d", o.Jobs, MaxJobs)
+	}
 	v, err := verifiers.New(o.Verifier.Name, VerifierOptions(o.Verifier))
 	if err != nil {
 		return sum, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -628,5 +629,26 @@ func TestThreadsDefaultAndOverride(t *testing.T) {
 	e = newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 1, Threads: 3})
 	if got := e.Options().Threads; got != 3 {
 		t.Errorf("Threads 3 given: the engine uses %d", got)
+	}
+}
+
+// TestHugePromptRefusedBeforeTokenizing: issue 23's 50 MB prompt for a
+// 128-token context took 2 GB before its rejection. A prompt longer than
+// the context can hold at the vocabulary's longest token is refused
+// without tokenizing: the memory it costs is a small part of its size.
+func TestHugePromptRefusedBeforeTokenizing(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	huge := strings.Repeat("1+", 10<<20) // 20 MB
+	e := newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 8, Parallel: 1, SeqCtx: 128, NCtx: 128, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	recs, st := generate(t, e, []dataset.Prompt{{ID: "huge", Prompt: huge}, {ID: "ok", Prompt: "1+1="}})
+	runtime.ReadMemStats(&after)
+	if len(recs) != 1 || len(st.Errors) != 1 || !strings.Contains(st.Errors[0].Reason, "cannot fit the 128-token context") {
+		t.Fatalf("%d records, errors %+v; want the huge prompt refused and the other served", len(recs), st.Errors)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > uint64(len(huge)) {
+		t.Fatalf("refusing a %d-byte prompt allocated %d bytes", len(huge), grown)
 	}
 }

@@ -72,8 +72,8 @@ func (e *Engine) Serve(ctx context.Context, next func(wait bool) []Request, emit
 						continue
 					}
 				}
-				if n := len(g.toks) + g.maxTokens; n > limit {
-					reject(g.p, fmt.Sprintf("prompt of %d tokens + %d max tokens does not fit the %d-token context of one sequence", len(g.toks), g.maxTokens, limit))
+				if reason := g.fit(limit); reason != "" {
+					reject(g.p, reason)
 					continue
 				}
 				kept = append(kept, g)
@@ -93,8 +93,8 @@ func (e *Engine) setGroupOptions(g *group, o Options) error {
 	switch {
 	case o.Group < 1:
 		return fmt.Errorf("group %d: want >= 1", o.Group)
-	case o.MaxTokens < 1:
-		return fmt.Errorf("max tokens %d: want >= 1", o.MaxTokens)
+	case o.MaxTokens < 0:
+		return fmt.Errorf("max tokens %d: want >= 1, or 0 for the context that is left", o.MaxTokens)
 	}
 	if err := o.Sampling.Validate(); err != nil {
 		return err

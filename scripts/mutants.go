@@ -1,11 +1,17 @@
 //go:build ignore
 
-// mutants writes N corrupted copies of a GGUF model and runs each through
-// `confclip inspect` and `confclip rollout`, counting the runs that died
-// from a signal, hit a llama.cpp assert, or hung. A clean run exits 0 or
-// with a Go error. The mutants that did not run clean are kept in -keep.
+// mutants writes N corrupted copies of each GGUF model and runs each through
+// `confclip inspect` and `confclip rollout` (with a prompt holding
+// characters outside any small vocabulary), counting the runs that died
+// from a signal, hit a llama.cpp assert, hung, or were lost (an exit status
+// that is neither 0, an error, nor a crash). A clean run exits 0 or with a
+// Go error. The mutants that did not run clean are kept in -keep. Besides
+// byte and field edits, the mutations are the ones llama.cpp reads
+// differently from a plain reader or asserts on: keys shadowed by a copy
+// with a NUL, strings cut by a NUL, other tokenizers, missing byte tokens,
+// and hyper-parameter keys with values on an edge.
 //
-//	go run scripts/mutants.go -model ../shared/models/stories260K.gguf -n 1000 -bin bin/confclip
+//	go run scripts/mutants.go -model ../shared/models/stories260K.gguf,qwen2.gguf -n 1000 -bin bin/confclip
 package main
 
 import (
@@ -27,8 +33,8 @@ import (
 )
 
 var (
-	model   = flag.String("model", "../shared/models/stories260K.gguf", "GGUF model to mutate")
-	n       = flag.Int("n", 1000, "mutants")
+	model   = flag.String("model", "../shared/models/stories260K.gguf", "GGUF models to mutate, comma-separated")
+	n       = flag.Int("n", 1000, "mutants of each model")
 	bin     = flag.String("bin", "bin/confclip", "confclip binary")
 	seed    = flag.Uint64("seed", 1, "random seed")
 	keep    = flag.String("keep", "build/mutants", "folder for the mutants that did not run clean")
@@ -41,9 +47,17 @@ type field struct {
 	kind      string // "type", "count", "len", "value", "dim", "ttype", "offset", "ndims"
 }
 
-// layout lists the fields of a well-formed GGUF header and where the data
-// section starts.
-func layout(b []byte) (fields []field, tokens []int, dataStart int) {
+// kv is where a metadata pair starts (its key's length) and its key.
+type kv struct {
+	off  int
+	key  string
+	typ  int
+	sval int // a string value's offset (its length), else -1
+}
+
+// layout lists the fields of a well-formed GGUF header, its pairs, and
+// where the data section starts.
+func layout(b []byte) (fields []field, tokens []int, kvs []kv, dataStart int) {
 	off := 8
 	u32 := func(kind string) int {
 		fields = append(fields, field{off, 4, kind})
@@ -67,11 +81,12 @@ func layout(b []byte) (fields []field, tokens []int, dataStart int) {
 	size := map[int]int{0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 	nt, nkv := u64("count"), u64("count")
 	for i := 0; i < nkv; i++ {
-		_, key := str()
+		at, key := str()
 		typ := u32("type")
+		kvs = append(kvs, kv{off: at, key: key, typ: typ, sval: -1})
 		switch typ {
 		case 8:
-			str()
+			kvs[len(kvs)-1].sval, _ = str()
 		case 9:
 			et, cnt := u32("type"), u64("count")
 			for j := 0; j < cnt; j++ {
@@ -103,7 +118,92 @@ func layout(b []byte) (fields []field, tokens []int, dataStart int) {
 		u32("ttype")
 		u64("offset")
 	}
-	return fields, tokens, off
+	return fields, tokens, kvs, off
+}
+
+// pair is one metadata pair's bytes.
+func pair(key string, typ uint32, val []byte) []byte {
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(key)))
+	out = append(out, key...)
+	out = binary.LittleEndian.AppendUint32(out, typ)
+	return append(out, val...)
+}
+
+func u32le(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+
+func strVal(s string) []byte {
+	return append(binary.LittleEndian.AppendUint64(nil, uint64(len(s))), s...)
+}
+
+// insert puts p before the pair at off and counts it; a zero tail keeps
+// the moved tensor data inside the file.
+func insert(b []byte, off int, p []byte) []byte {
+	out := append(append(append([]byte{}, b[:off]...), p...), b[off:]...)
+	binary.LittleEndian.PutUint64(out[16:], binary.LittleEndian.Uint64(out[16:])+1)
+	return append(out, make([]byte, 64)...)
+}
+
+var tokenizers = []string{"llama", "gpt2", "bert", "t5", "rwkv", "plamo2", "none", "no_vocab", "", "llama\x00x", "gpt"}
+
+var hparamKeys = []string{"expert_count", "expert_used_count", "expert_group_count", "expert_group_used_count",
+	"attention.key_length", "attention.value_length", "rope.dimension_count", "attention.head_count",
+	"attention.head_count_kv", "block_count", "vocab_size", "context_length", "embedding_length", "feed_forward_length",
+	"rope.scaling.original_context_length", "attention.sliding_window"}
+
+// mutateLlama makes one of the changes llama.cpp reads differently from a
+// plain reader, or asserts on.
+func mutateLlama(r *rand.Rand, b []byte, kvs []kv, tokens []int) ([]byte, string) {
+	arch := "llama"
+	for _, p := range kvs {
+		if p.key == "general.architecture" {
+			n := int(binary.LittleEndian.Uint64(b[p.sval:]))
+			arch = string(b[p.sval+8 : p.sval+8+n])
+		}
+	}
+	first := kvs[0].off
+	switch k := r.IntN(7); k {
+	case 0: // a copy of a key with a NUL and another type, before the real one
+		p := kvs[r.IntN(len(kvs))]
+		typ := uint32(r.IntN(8))
+		val := map[uint32][]byte{0: {7}, 1: {7}, 2: {7, 0}, 3: {7, 0}, 4: u32le(7), 5: u32le(7), 6: u32le(7), 7: {1}}[typ]
+		return insert(b, p.off, pair(p.key+"\x00x", typ, val)), fmt.Sprintf("key %q shadowed by a NUL copy of type %d", p.key, typ)
+	case 1: // the tokenizer model
+		for _, p := range kvs {
+			if p.key == "tokenizer.ggml.model" {
+				n := int(binary.LittleEndian.Uint64(b[p.sval:]))
+				t := tokenizers[r.IntN(len(tokenizers))]
+				out := append(append([]byte{}, b[:p.sval]...), strVal(t)...)
+				out = append(append(out, b[p.sval+8+n:]...), make([]byte, 64)...)
+				return out, fmt.Sprintf("tokenizer %q", t)
+			}
+		}
+	case 2: // a NUL inside a token
+		at := tokens[r.IntN(len(tokens))]
+		if n := int(binary.LittleEndian.Uint64(b[at:])); n > 0 {
+			b[at+8+r.IntN(n)] = 0
+			return b, fmt.Sprintf("NUL in the token at %d", at)
+		}
+	case 3: // a byte token renamed
+		if i := bytes.Index(b, []byte(fmt.Sprintf("<0x%02X>", 0x80+r.IntN(0x80)))); i >= 0 {
+			b[i+1] = 'y'
+			return b, fmt.Sprintf("byte token at %d renamed", i)
+		}
+	case 4: // a hyper-parameter key added with an edge value
+		key := arch + "." + hparamKeys[r.IntN(len(hparamKeys))]
+		v := interesting32[r.IntN(len(interesting32))]
+		if r.IntN(2) == 0 {
+			v = uint32(r.IntN(20))
+		}
+		return insert(b, first, pair(key, 4, u32le(v))), fmt.Sprintf("%s = %d added", key, v)
+	case 5: // rope scaling type
+		t := []string{"", "cubic", "yarn", "none", "longrope", "linear\x00x"}[r.IntN(6)]
+		return insert(b, first, pair(arch+".rope.scaling.type", 8, strVal(t))), fmt.Sprintf("rope.scaling.type %q", t)
+	case 6: // alignment
+		v := []uint32{1, 2, 4, 8, 16, 64, 3, 0}[r.IntN(8)]
+		return insert(b, first, pair("general.alignment", 4, u32le(v))), fmt.Sprintf("general.alignment %d", v)
+	}
+	b[r.IntN(first)+8] ^= 0xff
+	return b, "one header byte inverted"
 }
 
 var interesting32 = []uint32{0, 1, 2, 3, 7, 8, 9, 12, 13, 0xff, 0xffff, 0x7fffffff, 0x80000000, 0xffffffff,
@@ -112,16 +212,18 @@ var interesting64 = []uint64{0, 1, 2, 1 << 31, 1 << 32, 1 << 40, 1 << 62, 1<<63 
 	math.Float64bits(math.NaN()), math.Float64bits(math.Inf(-1))}
 
 // mutate returns a corrupted copy of b and says what was done.
-func mutate(r *rand.Rand, orig []byte, fields []field, tokens []int, dataStart int) ([]byte, string) {
+func mutate(r *rand.Rand, orig []byte, fields []field, tokens []int, kvs []kv, dataStart int) ([]byte, string) {
 	b := bytes.Clone(orig)
 	switch k := r.IntN(100); {
-	case k < 25: // random bytes of the header
+	case k < 35:
+		return mutateLlama(r, b, kvs, tokens)
+	case k < 50: // random bytes of the header
 		m := 1 + r.IntN(4)
 		for range m {
 			b[r.IntN(dataStart)] = byte(r.IntN(256))
 		}
 		return b, fmt.Sprintf("%d random header bytes", m)
-	case k < 80: // a field set to a value on an edge
+	case k < 85: // a field set to a value on an edge
 		f := fields[r.IntN(len(fields))]
 		if f.size == 4 {
 			v := interesting32[r.IntN(len(interesting32))]
@@ -137,7 +239,7 @@ func mutate(r *rand.Rand, orig []byte, fields []field, tokens []int, dataStart i
 		}
 		binary.LittleEndian.PutUint64(b[f.off:], v)
 		return b, fmt.Sprintf("%s at %d = %#x", f.kind, f.off, v)
-	case k < 90 && len(tokens) > 1: // two tokens with the same text
+	case k < 93 && len(tokens) > 1: // two tokens with the same text
 		i, j := tokens[r.IntN(len(tokens))], tokens[r.IntN(len(tokens))]
 		ni, nj := int(binary.LittleEndian.Uint64(b[i:])), int(binary.LittleEndian.Uint64(b[j:]))
 		if i != j && ni == nj {
@@ -201,14 +303,15 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
+// tally counts one model's mutants: clean mutants (both runs clean), and
+// crashed (signal or assert), hung and lost runs.
+type tally struct {
+	model                           string
+	tried, clean, crash, hang, lost int
+}
+
 func main() {
 	flag.Parse()
-	orig, err := os.ReadFile(*model)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	fields, tokens, dataStart := layout(orig)
 	dir, err := os.MkdirTemp("", "confclip-mutants-*")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -216,53 +319,79 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	prompts := filepath.Join(dir, "prompts.jsonl")
-	os.WriteFile(prompts, []byte(`{"id":"p1","prompt":"Once upon a time","answer":"x"}`+"\n"), 0o644)
+	// Characters outside a small vocabulary: SentencePiece spells them in
+	// byte tokens.
+	os.WriteFile(prompts, []byte(`{"id":"p1","prompt":"Once upon a time 😀 é ∑","answer":"x"}`+"\n"), 0o644)
 	os.MkdirAll(*keep, 0o755)
-	r := rand.New(rand.NewPCG(*seed, 13))
-	var signals, asserts, hangs, loaded, rolled int
+	var table []tally
+	bad := 0
+	for mi, m := range strings.Split(*model, ",") {
+		t := runModel(m, mi, dir, prompts)
+		table = append(table, t)
+		bad += t.crash + t.hang + t.lost
+	}
+	fmt.Printf("\n| trial | tried | clean | crash | hang | lost |\n|---|---|---|---|---|---|\n")
+	var sum tally
+	for _, t := range table {
+		fmt.Printf("| %s | %d | %d | %d | %d | %d |\n", filepath.Base(t.model), t.tried, t.clean, t.crash, t.hang, t.lost)
+		sum.tried, sum.clean, sum.crash, sum.hang, sum.lost = sum.tried+t.tried, sum.clean+t.clean, sum.crash+t.crash, sum.hang+t.hang, sum.lost+t.lost
+	}
+	fmt.Printf("| all | %d | %d | %d | %d | %d |\n", sum.tried, sum.clean, sum.crash, sum.hang, sum.lost)
+	if bad > 0 {
+		os.Exit(1)
+	}
+}
+
+// runModel runs -n mutants of one model.
+func runModel(model string, mi int, dir, prompts string) tally {
+	t := tally{model: model}
+	orig, err := os.ReadFile(model)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fields, tokens, kvs, dataStart := layout(orig)
+	r := rand.New(rand.NewPCG(*seed, uint64(13+mi)))
 	start := time.Now()
 	for i := 0; i < *n; i++ {
-		b, what := mutate(r, orig, fields, tokens, dataStart)
-		path := filepath.Join(dir, fmt.Sprintf("m%04d.gguf", i))
+		b, what := mutate(r, orig, fields, tokens, kvs, dataStart)
+		path := filepath.Join(dir, fmt.Sprintf("m%d-%05d.gguf", mi, i))
 		os.WriteFile(path, b, 0o644)
 		out := filepath.Join(dir, "out.jsonl")
 		os.Remove(out)
 		ins := run("inspect", path)
 		ro := run("rollout", "-m", path, "--data", prompts, "-o", out, "-G", "2", "--max-tokens", "4", "-t", "1", "--ctx", "64", "--no-timing")
-		if ins.code == 0 && !ins.signal && !ins.hang {
-			loaded++
+		t.tried++
+		clean := true
+		for _, c := range []struct {
+			cmd string
+			o   outcome
+		}{{"inspect", ins}, {"rollout", ro}} {
+			o := c.o
+			lost := !o.signal && !o.assert && !o.hang && o.code != 0 && o.code != 1 && o.code != 2
+			if o.signal || o.assert || o.hang || lost {
+				clean = false
+				fmt.Printf("%s mutant %d (%s): %s signal=%v assert=%v hang=%v exit=%d: %s\n", filepath.Base(model), i, what, c.cmd, o.signal, o.assert, o.hang, o.code, o.tail)
+			}
+			switch {
+			case o.signal || o.assert:
+				t.crash++
+			case o.hang:
+				t.hang++
+			case lost:
+				t.lost++
+			}
 		}
-		if ro.code == 0 && !ro.signal && !ro.hang {
-			rolled++
-		}
-		bad := false
-		for cmd, o := range map[string]outcome{"inspect": ins, "rollout": ro} {
-			if o.signal || o.assert || o.hang {
-				bad = true
-				fmt.Printf("mutant %d (%s): %s signal=%v assert=%v hang=%v: %s\n", i, what, cmd, o.signal, o.assert, o.hang, o.tail)
-			}
-			if o.signal {
-				signals++
-			}
-			if o.assert {
-				asserts++
-			}
-			if o.hang {
-				hangs++
-			}
-		}
-		if bad {
-			os.WriteFile(filepath.Join(*keep, fmt.Sprintf("m%04d.gguf", i)), b, 0o644)
+		if clean {
+			t.clean++
+		} else {
+			os.WriteFile(filepath.Join(*keep, fmt.Sprintf("m%d-%05d.gguf", mi, i)), b, 0o644)
 		}
 		os.Remove(path)
-		if (i+1)%100 == 0 {
-			fmt.Printf("%d mutants, %v: signals %d, asserts %d, hangs %d; inspect ok %d, rollout ok %d\n",
-				i+1, time.Since(start).Round(time.Second), signals, asserts, hangs, loaded, rolled)
+		if (i+1)%500 == 0 {
+			fmt.Printf("%s: %d mutants, %v: %d clean, crashed runs %d, hung %d, lost %d\n",
+				filepath.Base(model), i+1, time.Since(start).Round(time.Second), t.clean, t.crash, t.hang, t.lost)
 		}
 	}
-	fmt.Printf("done: %d mutants of %s in %v: signals %d, asserts %d, hangs %d (runs of inspect and rollout); inspect ok %d, rollout ok %d\n",
-		*n, *model, time.Since(start).Round(time.Second), signals, asserts, hangs, loaded, rolled)
-	if signals+asserts+hangs > 0 {
-		os.Exit(1)
-	}
+	return t
 }

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/jsonnull"
 )
 
 // The request and response bodies of the OpenAI API that the server speaks
@@ -29,6 +32,10 @@ type sampling struct {
 	Stop        json.RawMessage `json:"stop"` // a string or a list
 	Seed        *uint64         `json:"seed"`
 	Stream      bool            `json:"stream"`
+	// The sampler has no penalties: a value other than 0 is refused, never
+	// silently ignored.
+	FrequencyPenalty *float64 `json:"frequency_penalty"`
+	PresencePenalty  *float64 `json:"presence_penalty"`
 	// PromptID keys the random streams (seed, prompt id, sample) as a
 	// confclip rollout does; the client sends it so that the server's
 	// samples are those of a local rollout.
@@ -79,12 +86,24 @@ func badRequest(param, format string, args ...any) *apiError {
 func writeError(w http.ResponseWriter, e *apiError) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)
-	json.NewEncoder(w).Encode(map[string]any{"error": e})
+	_, _ = w.Write(marshalLine(map[string]any{"error": e})) // the client left: nobody to tell
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(marshalLine(v)) // the client left: nobody to tell
+}
+
+// marshalLine is v as one line of JSON. A log-prob of -Inf (a token the
+// model gives probability 0) is written as null (jsonnull); anything else
+// that does not encode becomes an error object saying so, never an empty
+// body.
+func marshalLine(v any) []byte {
+	b, err := jsonnull.Marshal(v)
+	if err != nil {
+		b = []byte(`{"error":{"message":` + strconv.Quote("encoding the response: "+err.Error()) + `,"type":"server_error"}}`)
+	}
+	return append(b, '\n')
 }
 
 // stops reads the stop field: a string, a list of strings, or null.
@@ -136,6 +155,14 @@ func (s sampling) check(o *Options) *apiError {
 	}
 	if p := s.MinP; p != nil && !(*p >= 0 && *p <= 1) {
 		return badRequest("min_p", "min_p = %v: want a value in [0, 1]", *p)
+	}
+	for _, p := range []struct {
+		name string
+		v    *float64
+	}{{"frequency_penalty", s.FrequencyPenalty}, {"presence_penalty", s.PresencePenalty}} {
+		if p.v != nil && *p.v != 0 {
+			return badRequest(p.name, "%s = %v: not supported (the sampler has no penalties); leave it out or send 0", p.name, *p.v)
+		}
 	}
 	if m := s.MaxTokens; m != nil && *m < 1 {
 		return badRequest("max_tokens", "max_tokens = %d: want 1 or more", *m)
@@ -207,6 +234,11 @@ func decode(r *http.Request, limit int64, v any) *apiError {
 		if errors.As(err, &mbe) {
 			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 				Message: fmt.Sprintf("request body over %d bytes", limit)}
+		}
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) && ute.Field != "" { // in the API's words, not Go's type names
+			field := strings.TrimPrefix(ute.Field, "sampling.")
+			return badRequest(field, "%s: a JSON %s, want %s", field, ute.Value, jsonTypeName(ute.Type.Kind()))
 		}
 		return badRequest("", "malformed JSON body: %v", err)
 	}
@@ -302,4 +334,21 @@ func finite(x float64) float64 {
 		return math.MaxFloat64
 	}
 	return x
+}
+
+// jsonTypeName names the JSON type a Go kind decodes from.
+func jsonTypeName(k reflect.Kind) string {
+	switch k {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	}
+	return "an object"
 }

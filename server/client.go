@@ -46,6 +46,11 @@ type Client struct {
 	// so the records have no token ids.
 	Plain bool
 	HTTP  *http.Client
+
+	// adapterSHA, when set (by Pool), pins the requests to the adapter of
+	// this sha256 (the Confclip-Adapter-Sha256 header): a confclip serve
+	// with another answers 409.
+	adapterSHA string
 }
 
 // Model names the endpoint and model, for the rollout file's provenance.
@@ -165,7 +170,10 @@ func (e requestError) Error() string { return e.msg }
 // group asks for one prompt's samples.
 func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prompt) ([]dataset.Rollout, int, error) {
 	r := cfg.Rollout
-	body := map[string]any{"model": c.ModelName, "n": r.Group, "max_tokens": r.MaxTokens, "temperature": r.Temperature, "seed": r.Seed}
+	body := map[string]any{"model": c.ModelName, "n": r.Group, "temperature": r.Temperature, "seed": r.Seed}
+	if r.MaxTokens > 0 { // else the server's default: the context left
+		body["max_tokens"] = r.MaxTokens
+	}
 	if !c.Plain {
 		body["prompt_id"], body["return_tokens_as_token_ids"] = p.ID, true
 	}
@@ -218,6 +226,8 @@ func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prom
 	switch {
 	case err != nil:
 		return nil, 0, fmt.Errorf("prompt %q: %w", p.ID, err)
+	case status == http.StatusConflict && c.adapterSHA != "":
+		return nil, 0, fmt.Errorf("prompt %q: %s%s: the worker has another adapter: %s", p.ID, c.base(), path, short(b))
 	case status >= 400 && status < 500 && status != http.StatusTooManyRequests:
 		return nil, 0, requestError{fmt.Sprintf("%s%s: status %d: %s", c.base(), path, status, short(b))}
 	case status != http.StatusOK:
@@ -248,7 +258,9 @@ func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prom
 			PromptTokens int `json:"prompt_tokens"`
 		} `json:"usage"`
 	}
-	json.Unmarshal(b, &u)
+	if err := json.Unmarshal(b, &u); err != nil {
+		return nil, 0, fmt.Errorf("the server's usage: %w", err)
+	}
 	return out, u.Usage.PromptTokens, nil
 }
 
@@ -267,6 +279,9 @@ func (c *Client) do(ctx context.Context, method, path string, body any) ([]byte,
 		return nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.adapterSHA != "" && method == http.MethodPost {
+		req.Header.Set(AdapterSHA256Header, c.adapterSHA)
+	}
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}

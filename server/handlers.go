@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -27,8 +26,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	case req.Echo:
 		writeError(w, badRequest("echo", "echo is not supported"))
 		return
-	case req.Stream:
-		writeError(w, badRequest("stream", "stream is supported for chat completions only"))
+	case req.Stream && len(texts) > 1:
+		writeError(w, badRequest("stream", "stream: give one prompt (a list of %d is not streamed)", len(texts)))
+		return
+	case req.Stream && req.ReturnTokensAsTokenIDs:
+		writeError(w, badRequest("return_tokens_as_token_ids", "return_tokens_as_token_ids is not supported with stream"))
 		return
 	case req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > maxLogprobs):
 		writeError(w, badRequest("logprobs", "logprobs = %d: want 0..%d", *req.Logprobs, maxLogprobs))
@@ -37,6 +39,16 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	opts, id, e := s.engineOptions(req.sampling, nil)
 	if e != nil {
 		writeError(w, e)
+		return
+	}
+	if req.Stream {
+		f, ok := w.(http.Flusher)
+		if !ok {
+			writeError(w, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "streaming is not possible on this connection"})
+			return
+		}
+		s.stream(w, r, req.sampling, opts, dataset.Prompt{ID: id, Prompt: texts[0]}, completionStream(req.Logprobs),
+			"cmpl-"+strconv.FormatInt(time.Now().UnixNano(), 36), time.Now().Unix(), f)
 		return
 	}
 	prompts := make([]dataset.Prompt, len(texts))
@@ -142,7 +154,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			writeError(w, badRequest("return_tokens_as_token_ids", "return_tokens_as_token_ids is not supported with stream"))
 			return
 		}
-		s.streamChat(w, r, req, opts, prompt, top, cid, created, flusher)
+		s.stream(w, r, req.sampling, opts, prompt, chatStream(req.Logprobs, top), cid, created, flusher)
 		return
 	}
 	groups, e := s.submit(r.Context(), opts, []dataset.Prompt{prompt})
@@ -175,14 +187,92 @@ func usageOf(g []dataset.Rollout) usage {
 	return u
 }
 
-// streamChat answers with server-sent events as the completions are
-// generated: each sample's role, then its text in deltas of whole
+// streamShape is how one endpoint's stream chunks look: their object name
+// and the choices of each event (chat deltas or completion text).
+type streamShape struct {
+	object string
+	// open is sample i's first event (the chat role), or nil for none.
+	open func(i int) any
+	// delta is new text of a sample, with its tokens' pieces and log-probs
+	// (pieces nil: tokens lo..hi of rec instead).
+	delta func(sample int, text string, pieces [][]byte, lps []float64, rec *dataset.Rollout, lo, hi int) any
+	// finish is a sample's last event.
+	finish func(sample int, reason string) any
+}
+
+// chatStream is the chat completions stream: the role, content deltas with
+// their tokens' log-probs when asked, the finish reason.
+func chatStream(logprobs bool, top int) streamShape {
+	return streamShape{
+		object: "chat.completion.chunk",
+		open: func(i int) any {
+			empty := ""
+			return chatChoice{Index: i, Delta: &chatOut{Role: "assistant", Content: &empty}}
+		},
+		delta: func(sample int, text string, ps [][]byte, lps []float64, rec *dataset.Rollout, lo, hi int) any {
+			c := chatChoice{Index: sample, Delta: &chatOut{Content: &text}}
+			switch {
+			case !logprobs:
+			case rec != nil:
+				c.Logprobs = chatLogprobsOf(rec, false, top, lo, hi)
+			case len(ps) > 0:
+				lp := &chatLogprobs{Content: []tokenLogprob{}}
+				for k, p := range ps {
+					lp.Content = append(lp.Content, tokenEntry(string(p), p, lps[k], top))
+				}
+				c.Logprobs = lp
+			}
+			return c
+		},
+		finish: func(sample int, reason string) any {
+			return chatChoice{Index: sample, Delta: &chatOut{}, FinishReason: &reason}
+		},
+	}
+}
+
+// completionStream is the (legacy) completions stream, as OpenAI sends it:
+// text chunks with their legacy log-probs when asked, then one chunk with
+// the finish reason.
+func completionStream(logprobs *int) streamShape {
+	return streamShape{
+		object: "text_completion",
+		delta: func(sample int, text string, ps [][]byte, lps []float64, rec *dataset.Rollout, lo, hi int) any {
+			c := map[string]any{"index": sample, "text": text, "logprobs": nil, "finish_reason": nil}
+			if logprobs == nil {
+				return c
+			}
+			lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TextOffset: []int{}}
+			if rec != nil {
+				full := legacyLogprobs(rec, false, *logprobs)
+				lp.Tokens, lp.TokenLogprobs, lp.TextOffset = full.Tokens[lo:hi], full.TokenLogprobs[lo:hi], full.TextOffset[lo:hi]
+				if full.TopLogprobs != nil {
+					lp.TopLogprobs = full.TopLogprobs[lo:hi]
+				}
+			} else {
+				for k, p := range ps {
+					lp.Tokens, lp.TokenLogprobs = append(lp.Tokens, string(p)), append(lp.TokenLogprobs, finite(lps[k]))
+					if *logprobs > 0 {
+						lp.TopLogprobs = append(lp.TopLogprobs, map[string]float64{string(p): finite(lps[k])})
+					}
+				}
+			}
+			c["logprobs"] = lp
+			return c
+		},
+		finish: func(sample int, reason string) any {
+			return map[string]any{"index": sample, "text": "", "logprobs": nil, "finish_reason": reason}
+		},
+	}
+}
+
+// stream answers with server-sent events as the completions are
+// generated: each sample's opening event, then its text in deltas of whole
 // characters (with their tokens' log-probs when asked), held back only
 // where a stop string could still cut it, then each finish reason, the
 // usage when asked, and [DONE]. The status and headers wait for the first
 // token, so that a prompt the engine refuses still gets its 400.
-func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req chatRequest, opts rollout.Options, prompt dataset.Prompt,
-	top int, cid string, created int64, flusher http.Flusher) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, req sampling, opts rollout.Options, prompt dataset.Prompt,
+	shape streamShape, cid string, created int64, flusher http.Flusher) {
 	st := newStream(opts.Stop)
 	jobs, e := s.enqueue(r.Context(), opts, []dataset.Prompt{prompt}, st)
 	if e != nil {
@@ -191,8 +281,8 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req chatRequ
 	}
 	n := opts.Group
 	started, broken := false, false
-	var send func(choices []chatChoice, u *usage)
-	send = func(choices []chatChoice, u *usage) {
+	var send func(choices []any, u *usage)
+	send = func(choices []any, u *usage) {
 		if broken {
 			return
 		}
@@ -201,17 +291,17 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req chatRequ
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.Header().Set("Cache-Control", "no-cache")
 			w.WriteHeader(http.StatusOK)
-			empty := ""
-			for i := range n {
-				send([]chatChoice{{Index: i, Delta: &chatOut{Role: "assistant", Content: &empty}}}, nil)
+			if shape.open != nil {
+				for i := range n {
+					send([]any{shape.open(i)}, nil)
+				}
 			}
 		}
-		chunk := map[string]any{"id": cid, "object": "chat.completion.chunk", "created": created, "model": s.o.ModelID, "choices": choices}
+		chunk := map[string]any{"id": cid, "object": shape.object, "created": created, "model": s.o.ModelID, "choices": choices}
 		if u != nil {
 			chunk["usage"] = u
 		}
-		b, _ := json.Marshal(chunk)
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+		if _, err := fmt.Fprintf(w, "data: %s\n", marshalLine(chunk)); err != nil {
 			broken = true // the client left; the job still ends in the engine
 			return
 		}
@@ -219,16 +309,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req chatRequ
 	}
 	sendDeltas := func() {
 		for _, d := range st.take(n) {
-			text := d.text
-			c := chatChoice{Index: d.sample, Delta: &chatOut{Content: &text}}
-			if req.Logprobs && len(d.pieces) > 0 {
-				lp := &chatLogprobs{Content: []tokenLogprob{}}
-				for k, p := range d.pieces {
-					lp.Content = append(lp.Content, tokenEntry(string(p), []byte(p), d.lps[k], top))
-				}
-				c.Logprobs = lp
-			}
-			send([]chatChoice{c}, nil)
+			send([]any{shape.delta(d.sample, d.text, d.pieces, d.lps, nil, 0, 0)}, nil)
 		}
 	}
 	var res jobResult
@@ -245,8 +326,7 @@ wait:
 		if !started {
 			writeError(w, res.err)
 		} else {
-			b, _ := json.Marshal(map[string]any{"error": res.err})
-			fmt.Fprintf(w, "data: %s\n\n", b)
+			_, _ = fmt.Fprintf(w, "data: %s\n", marshalLine(map[string]any{"error": res.err})) // the client left: nobody to tell
 		}
 		return
 	}
@@ -256,18 +336,13 @@ wait:
 		sentText, sentTokens := st.sentSoFar(rec.Sample)
 		rest := rec.Text[min(sentText, len(rec.Text)):]
 		if rest != "" || sentTokens < len(rec.Tokens) {
-			c := chatChoice{Index: rec.Sample, Delta: &chatOut{Content: &rest}}
-			if req.Logprobs {
-				c.Logprobs = chatLogprobsOf(rec, false, top, min(sentTokens, len(rec.Tokens)), len(rec.Tokens))
-			}
-			send([]chatChoice{c}, nil)
+			send([]any{shape.delta(rec.Sample, rest, nil, nil, rec, min(sentTokens, len(rec.Tokens)), len(rec.Tokens))}, nil)
 		}
-		fin := finishReason(rec)
-		send([]chatChoice{{Index: rec.Sample, Delta: &chatOut{}, FinishReason: &fin}}, nil)
+		send([]any{shape.finish(rec.Sample, finishReason(rec))}, nil)
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		u := usageOf(res.recs)
-		send([]chatChoice{}, &u)
+		send([]any{}, &u)
 	}
 	if !broken {
 		fmt.Fprint(w, "data: [DONE]\n\n")

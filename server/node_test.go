@@ -33,7 +33,9 @@ func TestOpenAINodeClient(t *testing.T) {
 			t.Skipf("NOT RUN: npm install openai failed (no access to the npm registry?): %v\n%s", err, out)
 		}
 	}
-	url, s, _ := startServer(t, testConfig(), Options{})
+	cfg := testConfig()
+	cfg.Rollout.MaxTokens = 0 // the default: a request without max_tokens gets the context left
+	url, s, _ := startServer(t, cfg, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "openai-client.mjs")

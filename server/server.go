@@ -11,9 +11,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -47,6 +49,12 @@ type Options struct {
 	// AdapterDir, when set, lets POST /v1/adapters load a LoRA adapter
 	// (GGUF) from this folder; unset, the endpoint answers 403.
 	AdapterDir string
+	// BodyTimeout bounds the reading of a request's body, which is read
+	// whole before the request takes a slot; 0 = 10 s. Slower gets 408.
+	BodyTimeout time.Duration
+	// MaxAdapterBytes bounds an adapter uploaded with PUT
+	// /v1/adapters/NAME (upload.go); 0 = 1 GiB. More gets 413.
+	MaxAdapterBytes int64
 }
 
 // Server serves one model. Make it with New, serve Handler, and Close it
@@ -67,8 +75,14 @@ type Server struct {
 	eng     *rollout.Engine
 
 	inflight atomic.Int64
-	nextID   atomic.Uint64
-	streams  atomic.Int64 // streamed jobs queued or running
+	// reads is cancelled when the HTTP server starts shutting down: bodies
+	// still arriving are cut off rather than holding the shutdown.
+	reads       context.Context
+	cancelReads context.CancelFunc
+	nextID      atomic.Uint64
+	streams     atomic.Int64 // streamed jobs queued or running
+
+	adapterSHA atomic.Pointer[string] // the loaded adapter's sha256 (noteAdapter)
 }
 
 // job is one prompt of a request (a request with several prompts makes
@@ -101,6 +115,9 @@ func New(m *pipeline.Model, o Options) (*Server, error) {
 	if o.MaxN == 0 {
 		o.MaxN = 64
 	}
+	if o.BodyTimeout == 0 {
+		o.BodyTimeout = 10 * time.Second
+	}
 	if o.Config.Rollout.Parallel == 0 {
 		o.Config.Rollout.Parallel = 16
 	}
@@ -109,8 +126,21 @@ func New(m *pipeline.Model, o Options) (*Server, error) {
 		return nil, fmt.Errorf("serve: model.ctx %d: want the tokens of one sequence (prompt + completion)", s.seqCtx)
 	}
 	s.wake = sync.NewCond(&s.mu)
+	s.reads, s.cancelReads = context.WithCancel(context.Background())
+	s.noteAdapter()
 	go s.loop()
 	return s, nil
+}
+
+// HTTPServer is an http.Server for Handler with per-connection timeouts:
+// the headers within 10 s, an idle keep-alive connection closed after
+// 60 s, and bodies still arriving cut off when Shutdown starts (so that
+// slow clients cannot hold it up). Streamed responses have no write
+// timeout.
+func (s *Server) HTTPServer() *http.Server {
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second}
+	hs.RegisterOnShutdown(s.cancelReads)
+	return hs
 }
 
 // ModelID is the name requests give the model.
@@ -119,10 +149,11 @@ func (s *Server) ModelID() string { return s.o.ModelID }
 // Handler is the HTTP API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/completions", s.limit(s.completions))
-	mux.HandleFunc("/v1/chat/completions", s.limit(s.chat))
+	mux.HandleFunc("/v1/completions", s.limit(pinAdapter(s.completions)))
+	mux.HandleFunc("/v1/chat/completions", s.limit(pinAdapter(s.chat)))
 	mux.HandleFunc("/v1/models", s.models)
 	mux.HandleFunc("/v1/adapters", s.adapters)
+	mux.HandleFunc("PUT /v1/adapters/{name}", s.upload)
 	mux.HandleFunc("/health", s.health)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Message: "no endpoint " + r.URL.Path +
@@ -131,9 +162,14 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// limit refuses requests beyond MaxRequests (429) and while closing (503).
+// limit reads the body (readBody), then refuses requests beyond
+// MaxRequests (429) and while closing (503).
 func (s *Server) limit(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if e := s.readBody(w, r); e != nil {
+			writeError(w, e)
+			return
+		}
 		if n := s.inflight.Add(1); n > int64(s.o.MaxRequests) {
 			s.inflight.Add(-1)
 			w.Header().Set("Retry-After", "1")
@@ -144,6 +180,37 @@ func (s *Server) limit(h http.HandlerFunc) http.HandlerFunc {
 		defer s.inflight.Add(-1)
 		h(w, r)
 	}
+}
+
+// readBody reads a request's body whole, under BodyTimeout and until
+// shutdown starts, before the request takes a slot: a client sending a
+// byte at a time holds a connection, never a slot. At most MaxBodyBytes+1
+// bytes are kept (decode answers 413 beyond MaxBodyBytes).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) *apiError {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(s.o.BodyTimeout)) // not supported by every ResponseWriter: then unbounded
+	stop := context.AfterFunc(s.reads, func() { rc.SetReadDeadline(time.Now()) })
+	b, err := io.ReadAll(io.LimitReader(r.Body, s.o.MaxBodyBytes+1))
+	stop()
+	if err != nil {
+		// The deadline stays: net/http's drain of the unread body after
+		// the answer must not wait for the slow client either.
+		w.Header().Set("Connection", "close")
+		if s.reads.Err() != nil {
+			return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: "the server is shutting down"}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
+				Message: fmt.Sprintf("the request body did not arrive within %v", s.o.BodyTimeout)}
+		}
+		return badRequest("", "reading the request body: %v", err)
+	}
+	rc.SetReadDeadline(time.Time{})
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return nil
 }
 
 // Close stops the scheduler once the queued and running requests are done
@@ -164,12 +231,13 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing, queued, running := s.closing, len(s.queue), len(s.running)
 	s.mu.Unlock()
-	st := map[string]any{"status": "ok", "model": s.o.ModelID, "adapter": s.m.AdapterPath(), "queued": queued, "running": running}
+	st := map[string]any{"status": "ok", "model": s.o.ModelID, "adapter": s.m.AdapterPath(), "adapter_sha256": s.loadedAdapterSHA256(),
+		"queued": queued, "running": running}
 	if closing {
 		st["status"] = "shutting down"
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(st)
+		_, _ = w.Write(marshalLine(st)) // the client left: nobody to tell
 		return
 	}
 	writeJSON(w, st)
@@ -203,8 +271,8 @@ func (s *Server) adapters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("path", "path %q: want a file name inside the server's adapter folder", req.Path))
 		return
 	}
-	path := filepath.Join(s.o.AdapterDir, req.Path)
-	if _, err := os.Stat(path); err != nil {
+	path, err := resolveInDir(s.o.AdapterDir, req.Path)
+	if err != nil {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "path", Message: fmt.Sprintf("adapter %q: %v", req.Path, err)})
 		return
 	}
@@ -239,6 +307,7 @@ func (s *Server) loop() {
 			s.ctrl = s.ctrl[1:]
 			s.mu.Unlock()
 			f()
+			s.noteAdapter()
 			continue
 		}
 		if len(s.queue) == 0 { // closing, nothing left
@@ -277,6 +346,10 @@ func (s *Server) serve() error {
 				for _, j := range s.queue {
 					if j.ctx.Err() != nil { // the client left before it started
 						s.end(j, jobResult{err: &apiError{Status: 499, Type: "invalid_request_error", Message: "request cancelled"}})
+						continue
+					}
+					if e := s.adapterConflict(j.ctx); e != nil { // pinned to another adapter (upload.go)
+						s.end(j, jobResult{err: e})
 						continue
 					}
 					s.running[j.token] = j
@@ -446,7 +519,7 @@ func (s *Server) engineOptions(req sampling, maxTokens *int) (rollout.Options, s
 		}
 		r.MaxTokens = *maxTokens
 	}
-	if r.MaxTokens >= s.seqCtx {
+	if r.MaxTokens > 0 && r.MaxTokens >= s.seqCtx {
 		return rollout.Options{}, "", badRequest("max_tokens", "max_tokens = %d is beyond the context: a sequence holds %d tokens, prompt and completion", r.MaxTokens, s.seqCtx)
 	}
 	stops, e := req.stops()

@@ -57,7 +57,7 @@ func startServer(t testing.TB, cfg pipeline.Config, o Options) (string, *Server,
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: s.Handler()}
+	hs := s.HTTPServer()
 	go hs.Serve(ln)
 	t.Cleanup(func() {
 		hs.Shutdown(context.Background())
@@ -209,6 +209,9 @@ func TestBadRequests(t *testing.T) {
 		{"top_logprobs without logprobs", "/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "a"}}, "top_logprobs": 2}, 400, "top_logprobs"},
 		{"empty stop", "/completions", map[string]any{"prompt": "a", "stop": ""}, 400, "stop"},
 		{"image part", "/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "image_url"}}}}}, 400, "only text"},
+		{"frequency_penalty", "/completions", map[string]any{"prompt": "a", "frequency_penalty": 0.5}, 400, "frequency_penalty = 0.5: not supported"},
+		{"presence_penalty", "/chat/completions", map[string]any{"messages": []any{map[string]any{"role": "user", "content": "a"}}, "presence_penalty": -1}, 400, "presence_penalty = -1: not supported"},
+		{"n of the wrong type", "/completions", map[string]any{"prompt": "a", "n": "2"}, 400, "n: a JSON string, want an integer"},
 		{"unknown path", "/embeddings", map[string]any{"input": "a"}, 404, "no endpoint"},
 	} {
 		status, body := post(t, url+c.path, c.body)
@@ -227,9 +230,38 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("GET /v1/completions: status %d, want 405", resp.StatusCode)
 	}
 	// Still serving.
-	status, body := post(t, url+"/completions", map[string]any{"prompt": "Say 1:", "max_tokens": 4})
+	status, body := post(t, url+"/completions", map[string]any{"prompt": "Say 1:", "max_tokens": 4, "frequency_penalty": 0})
 	if status != 200 {
 		t.Fatalf("a good request after the bad ones: %d %v", status, body)
+	}
+}
+
+// TestMaxTokensOmitted: a request without max_tokens gets the context that
+// is left after its prompt (llama-server's and vLLM's default), also when
+// the server's context is smaller than any fixed default.
+func TestMaxTokensOmitted(t *testing.T) {
+	cfg := testConfig()
+	cfg.Model.Ctx = 24
+	cfg.Rollout.MaxTokens = 0 // the config's default
+	url, _, _ := startServer(t, cfg, Options{})
+	status, body := post(t, url+"/completions", map[string]any{"prompt": "Say 1:", "temperature": 1, "seed": 1, "n": 4, "logprobs": 0})
+	if status != 200 {
+		t.Fatalf("no max_tokens, ctx 24: %d %v", status, body)
+	}
+	prompt := int(body["usage"].(map[string]any)["prompt_tokens"].(float64))
+	cut := 0
+	for _, c := range body["choices"].([]any) {
+		ch := c.(map[string]any)
+		n := len(ch["logprobs"].(map[string]any)["tokens"].([]any))
+		if ch["finish_reason"] == "length" {
+			cut++
+			if n != 24-prompt {
+				t.Errorf("a completion cut at %d tokens; the context left after the %d-token prompt is %d", n, prompt, 24-prompt)
+			}
+		}
+	}
+	if cut == 0 {
+		t.Fatal("no completion reached the length limit: the test shows nothing")
 	}
 }
 
@@ -701,5 +733,74 @@ func TestClientPlain(t *testing.T) {
 		Source: &Client{Endpoint: url, Plain: true}})
 	if err == nil || !strings.Contains(err.Error(), "top_k") {
 		t.Fatalf("top_k with a plain client: %v", err)
+	}
+}
+
+// TestCompletionsStream: completions stream too (the openai client's
+// completions.create({stream: true})), and the events spell the text,
+// tokens and finish reasons of the same request without streaming.
+func TestCompletionsStream(t *testing.T) {
+	url, _, _ := startServer(t, testConfig(), Options{})
+	req := map[string]any{"prompt": "Say 4:", "max_tokens": 12, "seed": 3, "n": 2, "temperature": 1, "logprobs": 0, "stop": []string{"e"}}
+	_, whole := post(t, url+"/completions", req)
+	req["stream"] = true
+	b, _ := json.Marshal(req)
+	resp, err := http.Post(url+"/completions", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	texts, tokens, finish := map[int]string{}, map[int]int{}, map[int]string{}
+	done := false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			done = true
+			continue
+		}
+		var chunk struct {
+			Object  string `json:"object"`
+			Choices []struct {
+				Index    int     `json:"index"`
+				Text     string  `json:"text"`
+				Finish   *string `json:"finish_reason"`
+				Logprobs *struct {
+					Tokens []string `json:"tokens"`
+				} `json:"logprobs"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil || chunk.Object != "text_completion" {
+			t.Fatalf("event %s: %v", data, err)
+		}
+		for _, c := range chunk.Choices {
+			texts[c.Index] += c.Text
+			if c.Logprobs != nil {
+				tokens[c.Index] += len(c.Logprobs.Tokens)
+			}
+			if c.Finish != nil {
+				finish[c.Index] = *c.Finish
+			}
+		}
+	}
+	if !done {
+		t.Fatal("no [DONE]")
+	}
+	for _, c := range whole["choices"].([]any) {
+		ch := c.(map[string]any)
+		i := int(ch["index"].(float64))
+		n := len(ch["logprobs"].(map[string]any)["tokens"].([]any))
+		if texts[i] != ch["text"] || finish[i] != ch["finish_reason"] || tokens[i] != n {
+			t.Errorf("choice %d: streamed %q (%d tokens, %s), whole %q (%d tokens, %s)", i, texts[i], tokens[i], finish[i], ch["text"], n, ch["finish_reason"])
+		}
+	}
+	if status, body := post(t, url+"/completions", map[string]any{"prompt": []string{"a", "b"}, "stream": true}); status != 400 {
+		t.Errorf("a list of prompts streamed: %d %v", status, body)
 	}
 }

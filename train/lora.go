@@ -122,7 +122,9 @@ func SaveLoRA(a *llama.Adapter, arch, path string) error {
 	defer w.Close()
 	for _, p := range ps {
 		v := make([]float32, p.Len())
-		p.Get(v)
+		if err := p.Get(v); err != nil {
+			return err
+		}
 		w.AddTensorF32(p.Name, p.Shape, v)
 	}
 	return w.WriteFile(path)

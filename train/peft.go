@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,8 +128,9 @@ type PEFTSummary struct {
 }
 
 // ExportPEFT converts a GGUF LoRA adapter of the model into a PEFT adapter
-// folder: dir/adapter_model.safetensors (F32) and dir/adapter_config.json.
-func ExportPEFT(m *llama.Model, adapterPath, dir string) (PEFTSummary, error) {
+// folder: dir/adapter_model.safetensors (F32) and dir/adapter_config.json,
+// whose base_model_name_or_path is baseModel, or "" for BaseModelName's.
+func ExportPEFT(m *llama.Model, adapterPath, dir, baseModel string) (PEFTSummary, error) {
 	var sum PEFTSummary
 	arch, archName, err := archOf(m)
 	if err != nil {
@@ -161,7 +163,9 @@ func ExportPEFT(m *llama.Model, adapterPath, dir string) (PEFTSummary, error) {
 			return sum, fmt.Errorf("%s: tensor %s has %d dimensions, want 2", adapterPath, p.Name, len(p.Shape))
 		}
 		v := make([]float32, p.Len())
-		p.Get(v)
+		if err := p.Get(v); err != nil {
+			return sum, err
+		}
 		path := fmt.Sprintf("model.layers.%d.%s", layer, mod)
 		// ggml [ne0, ne1] is row-major [ne1, ne0].
 		shape := []int64{p.Shape[1], p.Shape[0]}
@@ -182,7 +186,7 @@ func ExportPEFT(m *llama.Model, adapterPath, dir string) (PEFTSummary, error) {
 		tensors = append(tensors, safetensors.F32("base_model.model."+path+"."+kind+".weight", shape, v))
 	}
 	sum.Tensors = len(tensors)
-	cfg := PEFTConfig{PeftType: "LORA", TaskType: "CAUSAL_LM", BaseModel: baseModelName(m), LoraAlpha: alpha,
+	cfg := PEFTConfig{PeftType: "LORA", TaskType: "CAUSAL_LM", BaseModel: cmp.Or(baseModel, BaseModelName(m)), LoraAlpha: alpha,
 		Bias: "none", InitLoraWeights: true, InferenceMode: true, RankPattern: map[string]int{}, AlphaPattern: map[string]float64{}}
 	// The most common rank is r; others go to rank_pattern, as PEFT does.
 	count := map[int]int{}
@@ -319,7 +323,10 @@ func ImportPEFT(m *llama.Model, dir, out string) (PEFTSummary, error) {
 		if err != nil {
 			return sum, fmt.Errorf("%s: %w", wPath, err)
 		}
-		_, weight, _, _ := parseGGUFLoRAName(name + ".lora_a")
+		_, weight, _, err := parseGGUFLoRAName(name + ".lora_a")
+		if err != nil {
+			return sum, fmt.Errorf("%s: %w", wPath, err)
+		}
 		if arch.permuteQK && (weight == "attn_q" || weight == "attn_k") {
 			heads := info.Heads
 			if weight == "attn_k" {
@@ -383,7 +390,9 @@ func parseGGUFLoRAName(name string) (layer int, weight string, isA bool, err err
 	if m == nil {
 		return 0, "", false, fmt.Errorf("tensor %q: want blk.N.<weight>.weight.lora_a or .lora_b", name)
 	}
-	layer, _ = strconv.Atoi(m[1])
+	if layer, err = strconv.Atoi(m[1]); err != nil {
+		return 0, "", false, fmt.Errorf("tensor %q: layer number: %w", name, err)
+	}
 	return layer, m[2], m[3] == "a", nil
 }
 
@@ -393,7 +402,9 @@ func parsePEFTName(name string, arch peftArch) (layer int, weight string, isA bo
 		return 0, "", false, fmt.Errorf("tensor %q: want base_model.model.model.layers.N.<module>.lora_A.weight or lora_B "+
 			"(embeddings, lm_head and norms are not converted)", name)
 	}
-	layer, _ = strconv.Atoi(m[1])
+	if layer, err = strconv.Atoi(m[1]); err != nil {
+		return 0, "", false, fmt.Errorf("tensor %q: layer number: %w", name, err)
+	}
 	for g, hf := range arch.modules {
 		if hf == m[2] {
 			return layer, g, m[3] == "A", nil
@@ -410,7 +421,10 @@ func orderedWeights[T any](pairs map[string]T, layers int) []string {
 		names = append(names, n)
 	}
 	key := func(n string) (int, int) {
-		l, w, _, _ := parseGGUFLoRAName(n + ".lora_a")
+		l, w, _, err := parseGGUFLoRAName(n + ".lora_a")
+		if err != nil { // every caller's names come from parsed tensor names
+			panic(fmt.Sprintf("train: orderedWeights of %q: %v", n, err))
+		}
 		return l, slices.Index(Targets, w)
 	}
 	sort.Slice(names, func(i, j int) bool {
@@ -455,7 +469,30 @@ func reorderRows(v []float32, rows, cols, heads int, inverse bool) ([]float32, e
 	return out, nil
 }
 
-func baseModelName(m *llama.Model) string {
+// BaseModelName is the Hugging Face model the GGUF was converted from, as
+// its metadata says (AutoPeftModelForCausalLM.from_pretrained loads it):
+// general.source.huggingface.repository, a huggingface.co source URL, or
+// organization/basename-size_label-finetune as convert_hf_to_gguf.py
+// splits a repository name; else general.name, else the file's name.
+func BaseModelName(m *llama.Model) string {
+	if r := m.Meta("general.source.huggingface.repository"); r != "" {
+		return r
+	}
+	if u := m.Meta("general.source.url"); strings.HasPrefix(u, "https://huggingface.co/") {
+		return strings.Trim(strings.TrimPrefix(u, "https://huggingface.co/"), "/")
+	}
+	if b := m.Meta("general.basename"); b != "" {
+		name := b
+		for _, k := range []string{"general.size_label", "general.finetune"} {
+			if v := m.Meta(k); v != "" {
+				name += "-" + v
+			}
+		}
+		if o := m.Meta("general.organization"); o != "" {
+			name = o + "/" + name
+		}
+		return name
+	}
 	if n := m.Meta("general.name"); n != "" {
 		return n
 	}

@@ -33,7 +33,7 @@ func TestPEFTRoundTripArchs(t *testing.T) {
 			if err := SaveLoRA(a, m.Architecture(), src); err != nil {
 				t.Fatal(err)
 			}
-			sum, err := ExportPEFT(m, src, filepath.Join(dir, "peft"))
+			sum, err := ExportPEFT(m, src, filepath.Join(dir, "peft"), "")
 			if err != nil {
 				t.Fatal(err)
 			}

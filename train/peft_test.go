@@ -43,7 +43,7 @@ func TestPEFTRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	peft := filepath.Join(dir, "peft")
-	sum, err := ExportPEFT(m, src, peft)
+	sum, err := ExportPEFT(m, src, peft, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestPEFTImportTrainExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	peft := filepath.Join(dir, "peft")
-	if _, err := ExportPEFT(m, src, peft); err != nil {
+	if _, err := ExportPEFT(m, src, peft, ""); err != nil {
 		t.Fatal(err)
 	}
 	imported := filepath.Join(dir, "imported.gguf")
@@ -201,7 +201,7 @@ func TestPEFTImportTrainExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	peft2 := filepath.Join(dir, "peft2")
-	if _, err := ExportPEFT(m, trained, peft2); err != nil {
+	if _, err := ExportPEFT(m, trained, peft2, ""); err != nil {
 		t.Fatal(err)
 	}
 	before, err := safetensors.ReadFile(filepath.Join(peft, PEFTWeights))

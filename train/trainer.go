@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
@@ -49,9 +50,11 @@ type Config struct {
 }
 
 // DefaultConfig is AdamW with lr 1e-4, clipping at 1, token_mean, the
-// micro-batch sized from the model.
+// micro-batch sized from the model, and TRL's ratio clip band [0.8, 1.2]
+// (EpsHigh 0 = EpsLow; pipeline's train.epsilon default). A zero-width band
+// would clip every ratio off exactly 1, by the sign of float noise.
 func DefaultConfig() Config {
-	return Config{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1, LossAgg: TokenMean}
+	return Config{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1, LossAgg: TokenMean, EpsLow: 0.2}
 }
 
 // Example is one completion to learn from.
@@ -199,7 +202,10 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	for _, p := range ps {
 		n := p.Len()
 		v := make([]float32, n)
-		p.Get(v)
+		if err := p.Get(v); err != nil {
+			_ = ctx.Close() // never fails
+			return nil, err
+		}
 		t.values = append(t.values, v)
 		t.grads = append(t.grads, make([]float32, n))
 		t.mgrad = append(t.mgrad, make([]float32, n))
@@ -554,7 +560,9 @@ func (t *Trainer) Step(ctx context.Context, exs []Example) (StepStats, error) {
 			upd := (mk / c1) / (math.Sqrt(vk/c2) + eps)
 			val[k] = float32(float64(val[k]) - lr*(upd+wd*float64(val[k])))
 		}
-		p.Set(val)
+		if err := p.Set(val); err != nil {
+			return st, err
+		}
 	}
 	st.Seconds = time.Since(start).Seconds()
 	return st, nil
@@ -619,14 +627,23 @@ const optimizerMagic = "confclip-adamw-v1"
 func (t *Trainer) MarshalBinary() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(optimizerMagic)
-	binary.Write(&b, binary.LittleEndian, t.step)
-	binary.Write(&b, binary.LittleEndian, int64(len(t.params)))
+	var err error
+	put := func(v any) { // the first error is kept (a bad type; a Buffer never fails to grow)
+		if err == nil {
+			err = binary.Write(&b, binary.LittleEndian, v)
+		}
+	}
+	put(t.step)
+	put(int64(len(t.params)))
 	for j, p := range t.params {
-		binary.Write(&b, binary.LittleEndian, int64(len(p.Name)))
+		put(int64(len(p.Name)))
 		b.WriteString(p.Name)
-		binary.Write(&b, binary.LittleEndian, int64(p.Len()))
-		binary.Write(&b, binary.LittleEndian, t.m[j])
-		binary.Write(&b, binary.LittleEndian, t.v[j])
+		put(int64(p.Len()))
+		put(t.m[j])
+		put(t.v[j])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("optimizer state: %w", err)
 	}
 	return b.Bytes(), nil
 }
@@ -652,7 +669,9 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 			return errors.New("optimizer state: corrupt")
 		}
 		name := make([]byte, ln)
-		r.Read(name)
+		if _, err := io.ReadFull(r, name); err != nil {
+			return errors.New("optimizer state: corrupt")
+		}
 		if string(name) != p.Name {
 			return fmt.Errorf("optimizer state: tensor %q where %q was expected", name, p.Name)
 		}
@@ -672,10 +691,13 @@ func (t *Trainer) UnmarshalBinary(data []byte) error {
 
 // SyncFromModel re-reads the parameter values from llama.cpp (after an
 // adapter was reloaded from a checkpoint, say).
-func (t *Trainer) SyncFromModel() {
+func (t *Trainer) SyncFromModel() error {
 	for j, p := range t.params {
-		p.Get(t.values[j])
+		if err := p.Get(t.values[j]); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // F32Weights lists the model's trainable F32 weights for full-parameter

@@ -23,7 +23,9 @@ func init() { Register("command", newCommand) }
 //
 //   - the completion is its standard input, the reference is in the
 //     environment variable CONFCLIP_REFERENCE;
-//   - it runs in a fresh temporary directory (also its TMPDIR), removed after;
+//   - it runs in a fresh temporary directory (also its HOME and TMPDIR),
+//     removed after, with an environment cleared to checkerEnvAllowed;
+//   - its parent is a supervisor (supervisor.go), not confclip;
 //   - each of its processes gets Options.MemoryMB of address space and
 //     Options.CPUSeconds of CPU time (set with ulimit by a fixed /bin/sh
 //     wrapper that then execs the argv; no user text is interpreted by the
@@ -48,6 +50,7 @@ func init() { Register("command", newCommand) }
 type commandVerifier struct{ opts Options }
 
 func newCommand(opts Options) (Verifier, error) {
+	cleanStaleTemps()
 	if len(opts.Command) == 0 {
 		return nil, errors.New("command: set the checker's argv (verifier.command)")
 	}
@@ -84,7 +87,7 @@ func (v *commandVerifier) Verify(ctx context.Context, completion, reference stri
 }
 
 func (v *commandVerifier) check(ctx context.Context, completion, reference string) (Result, error) {
-	dir, err := os.MkdirTemp("", "confclip-verify-*")
+	dir, err := os.MkdirTemp("", tempPattern())
 	if err != nil {
 		return noAnswer(""), fmt.Errorf("command: %w", err)
 	}
@@ -98,10 +101,13 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 		cpu = strconv.Itoa(v.opts.CPUSeconds)
 	}
 	tag := fmt.Sprintf("%s=%d-%d", checkerTag, os.Getpid(), checkerSeq.Add(1))
-	args := append([]string{"-c", limitWrapper, "confclip-limit", mem, cpu}, v.opts.Command...)
-	cmd := exec.Command("/bin/sh", args...)
+	args := append([]string{"/bin/sh", "-c", limitWrapper, "confclip-limit", mem, cpu}, v.opts.Command...)
+	cmd, err := supervisorCommand(args)
+	if err != nil {
+		return noAnswer(""), fmt.Errorf("command: %w", err)
+	}
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CONFCLIP_REFERENCE="+reference, "TMPDIR="+dir, tag)
+	cmd.Env = append(cmd.Env, checkerEnv(dir, "CONFCLIP_REFERENCE="+reference, tag)...)
 	cmd.Stdin = strings.NewReader(completion)
 	// Our own pipes: exec.Cmd would wait for them to close, which a
 	// background descendant can put off for ever.
@@ -116,8 +122,8 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 		return noAnswer(""), fmt.Errorf("command: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	// The checker leads its own process group, so that killing the group
-	// reaches what it started without setsid.
+	// The supervisor leads its own process group (and puts the checker in
+	// another), so that killing the group reaches what it started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// Only stdin is exec's pipe: a descendant holding it (with the checker
 	// gone, not reading) cannot hold Wait up for longer than this.
@@ -133,12 +139,28 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 	var stdout, stderr capped
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go func() { defer readers.Done(); io.Copy(&stdout, outR) }()
-	go func() { defer readers.Done(); io.Copy(&stderr, errR) }()
+	// A read error ends the capture: the pipe closed under a killed
+	// process, whose result the caller gets from Wait.
+	go func() { defer readers.Done(); io.Copy(&stdout, outR) }() //nolint:errcheck // see above
+	go func() { defer readers.Done(); io.Copy(&stderr, errR) }() //nolint:errcheck // see above
 
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
+	// stop asks the supervisor to kill the checker's tree (it may have been
+	// stopped by the checker: continued first); one that does not exit
+	// soon is killed with the tree.
+	stop := func() error {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-waited:
+			return err
+		case <-time.After(time.Second):
+			killTree(pgid, tag)
+			return <-waited
+		}
+	}
 	var memTick <-chan time.Time
 	if v.opts.MemoryMB > 0 && haveProc() {
 		t := time.NewTicker(100 * time.Millisecond) // a sweep of /proc costs milliseconds
@@ -152,14 +174,12 @@ wait:
 		case err = <-waited:
 			break wait
 		case <-ctx.Done():
-			killTree(pgid, tag)
-			err = <-waited
+			err = stop()
 			break wait
 		case <-memTick:
 			if treeRSS(tag) > int64(v.opts.MemoryMB)<<20 {
 				overMemory = true
-				killTree(pgid, tag)
-				err = <-waited
+				err = stop()
 				break wait
 			}
 		}
@@ -246,7 +266,7 @@ func taggedPIDs(tag string) []int {
 // its tag (stopped first, so that none can fork while the others die),
 // until no tagged process is left.
 func killTree(pgid int, tag string) {
-	syscall.Kill(-pgid, syscall.SIGKILL)
+	syscall.Kill(-pgid, syscall.SIGKILL) //nolint:errcheck // a group already gone (ESRCH) is the goal
 	if !haveProc() {
 		return
 	}
@@ -256,10 +276,10 @@ func killTree(pgid int, tag string) {
 			return
 		}
 		for _, p := range pids {
-			syscall.Kill(p, syscall.SIGSTOP)
+			syscall.Kill(p, syscall.SIGSTOP) //nolint:errcheck // a process already gone is the goal
 		}
 		for _, p := range pids {
-			syscall.Kill(p, syscall.SIGKILL)
+			syscall.Kill(p, syscall.SIGKILL) //nolint:errcheck // likewise
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -276,8 +296,9 @@ func treeRSS(tag string) int64 {
 		}
 		f := strings.Fields(string(b))
 		if len(f) > 1 {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			total += n * page
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil { // a process that is gone: nothing to count
+				total += n * page
+			}
 		}
 	}
 	return total

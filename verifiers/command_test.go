@@ -3,6 +3,7 @@ package verifiers
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -138,5 +139,98 @@ func TestCommandRejectsNegativeLimits(t *testing.T) {
 		if _, err := New("command", o); err == nil || !strings.Contains(err.Error(), "want 0 (none) or more") {
 			t.Errorf("%+v: got %v", o, err)
 		}
+	}
+}
+
+// TestCommandCannotTouchConfclip: issue 23's checkers. The checker's
+// parent is a supervisor, not this process: stopping it (SIGSTOP) ends in
+// a timeout verdict rather than a frozen confclip, killing it (SIGKILL)
+// in a failed check with the checker's folder removed.
+func TestCommandCannotTouchConfclip(t *testing.T) {
+	me := strconv.Itoa(os.Getpid())
+	cases := []struct {
+		name, script, reason string
+	}{
+		{"parent is not confclip", `[ "$PPID" != ` + me + ` ] && echo 1 || echo 0`, "checker printed 1"},
+		{"SIGSTOP to the parent", `kill -STOP $PPID; echo 1`, "timeout"},
+		{"SIGKILL to the parent", `kill -9 $PPID; sleep 1; echo 1`, "checker failed: signal: killed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPattern()))
+			v := mustNew(t, "command", shOpts(c.script, time.Second))
+			start := time.Now()
+			res, err := v.Verify(context.Background(), "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(res.Reason, c.reason) {
+				t.Errorf("got %+v, want reason %q", res, c.reason)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("took %v for a 1 s timeout", d)
+			}
+			if after, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPattern())); len(after) > len(before) {
+				t.Errorf("checker folders left: %v", after)
+			}
+		})
+	}
+}
+
+// TestCommandEscapedChildWithClearedEnv: a setsid'd grandchild with an
+// empty environment (no tag to find it by) is killed when the checker
+// exits and at the timeout: the supervisor is its subreaper.
+func TestCommandEscapedChildWithClearedEnv(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("NOT RUN: the supervisor is a subreaper on Linux only")
+	}
+	for _, tail := range []string{"echo 1", "sleep 60"} {
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		script := `( setsid env -i /bin/sh -c 'echo $$ > ` + pidFile + `; exec sleep 60' & ) ; sleep 0.2; ` + tail
+		v := mustNew(t, "command", shOpts(script, 2*time.Second))
+		if _, err := v.Verify(context.Background(), "", ""); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, readPID(t, pidFile))
+	}
+}
+
+// TestCommandEnvironment: the checker sees the allow-list (PATH), its own
+// folder as HOME, TMPDIR and working folder, and not confclip's secrets.
+func TestCommandEnvironment(t *testing.T) {
+	t.Setenv("SECRET_TOKEN", "hunter2")
+	script := `[ -z "$SECRET_TOKEN" ] && [ -n "$PATH" ] && [ "$HOME" = "$TMPDIR" ] && [ "$(pwd -P)" = "$(cd "$TMPDIR" && pwd -P)" ] && [ -n "$CONFCLIP_REFERENCE" ]`
+	v := mustNew(t, "command", shOpts(script, 5*time.Second))
+	res, err := v.Verify(context.Background(), "", "ref")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Correct {
+		t.Fatalf("got %+v: the checker saw confclip's environment or not its own folder", res)
+	}
+}
+
+// TestCommandCleansStaleFolders: the folders of a confclip that was killed
+// are removed when a command verifier is made; a live process's stay.
+func TestCommandCleansStaleFolders(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := os.MkdirTemp("", "confclip-verify-"+strconv.Itoa(dead.Process.Pid)+"-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := os.MkdirTemp("", "confclip-verify-1-*") // init never dies
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(live)
+	mustNew(t, "command", shOpts("true", time.Second))
+	if _, err := os.Stat(stale); err == nil {
+		t.Errorf("%s (of a process that is gone) is still there", stale)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("%s (of a live process) was removed", live)
 	}
 }

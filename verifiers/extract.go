@@ -248,6 +248,19 @@ func extractLastNumber(s string) (int, int, bool) {
 	return m[len(m)-1][0], m[len(m)-1][1], true
 }
 
+// extractBareNumber takes a completion that is nothing but one number
+// (blanks, `$`, `**` and a final full stop around it allowed): the answer
+// given bare, which strict math accepts as a final-answer form.
+func extractBareNumber(s string) (int, int, bool) {
+	start, end := trimSpan(s, 0, len(s))
+	if start < end {
+		if m := lastNumberRE.FindStringIndex(s[start:end]); m != nil && m[0] == 0 && m[1] == end-start {
+			return start, end, true
+		}
+	}
+	return -1, -1, false
+}
+
 // referenceAnswer reduces a reference to its final answer: the last boxed
 // expression of a MATH solution or the "#### N" of a GSM8K one; any other
 // reference is taken whole.

@@ -3,6 +3,7 @@ package verifiers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -19,9 +20,16 @@ type mathVerifier struct {
 }
 
 func newMath(opts Options) (Verifier, error) {
-	list, err := extractorList(opts.Extractors, opts.LastNumber)
+	names, lastNumber := opts.Extractors, opts.LastNumber
+	if opts.Strict {
+		names, lastNumber = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == "last_number" }), false
+	}
+	list, err := extractorList(names, lastNumber)
 	if err != nil {
 		return nil, fmt.Errorf("math: %w", err)
+	}
+	if opts.Strict {
+		list = append(list, extractBareNumber)
 	}
 	return &mathVerifier{opts: opts, extractors: list}, nil
 }

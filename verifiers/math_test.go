@@ -19,6 +19,10 @@ type mathCase struct {
 	Completion string `json:"completion"`
 	Correct    bool   `json:"correct"`
 	Reason     string `json:"reason,omitempty"` // why the verdict is what it is
+	// Truncated: the length limit cut the completion off (NewTruncated);
+	// Strict: the verifier has Options.Strict.
+	Truncated bool `json:"truncated,omitempty"`
+	Strict    bool `json:"strict,omitempty"`
 }
 
 func loadMathCases(t testing.TB) []mathCase {
@@ -67,11 +71,25 @@ func TestMathSuite(t *testing.T) {
 		}
 	}
 	v := newMathForTest(t)
+	truncated, err := NewTruncated("math", Options{LastNumber: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict, err := New("math", Options{LastNumber: true, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	type counts struct{ tp, fp, fn, tn int }
 	per := map[string]*counts{}
 	var total counts
 	for i, c := range cases {
-		res, err := v.Verify(context.Background(), c.Completion, c.Reference)
+		vc := v
+		if c.Truncated {
+			vc = truncated
+		} else if c.Strict {
+			vc = strict
+		}
+		res, err := vc.Verify(context.Background(), c.Completion, c.Reference)
 		if err != nil {
 			t.Errorf("case %d (%s): %v", i+1, c.Category, err)
 			continue

@@ -30,18 +30,23 @@ type Verifier interface {
 
 // Options configures the verifiers; each one reads the fields it needs.
 type Options struct {
-	Timeout     time.Duration // per verification (default 2s)
-	MaxBytes    int           // completions are capped to this many bytes (default 64 KiB)
-	RelTol      float64       // math: relative tolerance for irrational values (default 1e-6)
-	LastNumber  bool          // math: fall back to the last number in the completion
-	Extractors  []string      // math: extraction priority (default: boxed, gsm8k, answer_is, answer_colon)
-	CaseFold    bool          // exact: ignore case
-	IgnorePunct bool          // exact: ignore punctuation
-	Pattern     string        // format: regular expression the completion must match
-	JSON        bool          // format: the completion must be a JSON value
-	Command     []string      // command: argv, no shell
-	MemoryMB    int           // command: address-space limit
-	CPUSeconds  int           // command: CPU-time limit
+	Timeout    time.Duration // per verification (default 2s)
+	MaxBytes   int           // completions are capped to this many bytes (default 64 KiB)
+	RelTol     float64       // math: relative tolerance for irrational values (default 1e-6)
+	LastNumber bool          // math: fall back to the last number in the completion
+	// Strict (math) credits an answer in a final-answer form only (boxed,
+	// gsm8k, answer_is, answer_colon) or a completion that is nothing but
+	// a number: no last-number fallback, which a policy trained against
+	// the verifier can learn to game by ending on any number.
+	Strict      bool
+	Extractors  []string // math: extraction priority (default: boxed, gsm8k, answer_is, answer_colon)
+	CaseFold    bool     // exact: ignore case
+	IgnorePunct bool     // exact: ignore punctuation
+	Pattern     string   // format: regular expression the completion must match
+	JSON        bool     // format: the completion must be a JSON value
+	Command     []string // command: argv, no shell
+	MemoryMB    int      // command: address-space limit
+	CPUSeconds  int      // command: CPU-time limit
 }
 
 // Defaults applied by New to zero fields of Options.
@@ -89,6 +94,26 @@ func New(name string, opts Options) (Verifier, error) {
 		return nil, fmt.Errorf("unknown verifier %q (known: %v)", name, Names())
 	}
 	return fn(opts.withDefaults())
+}
+
+// NewTruncated builds the verifier for completions the length limit cut
+// off: New's with Options.Strict set, so that math credits only a final
+// answer the model gave before the cut, not the last number of a text that
+// stopped mid-way. The other verifiers have no fallback and are New's.
+func NewTruncated(name string, opts Options) (Verifier, error) {
+	opts.Strict = true
+	return New(name, opts)
+}
+
+// NeedsReference reports whether the verifier registered under name
+// compares with a reference answer (math, exact, choice); format checks the
+// completion alone and command's checker may do without.
+func NeedsReference(name string) bool {
+	switch name {
+	case "math", "exact", "choice":
+		return true
+	}
+	return false
 }
 
 // Names lists the registered verifiers, sorted.

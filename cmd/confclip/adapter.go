@@ -21,13 +21,14 @@ func init() {
 				UsageText: "confclip adapter export --model M.gguf --adapter A.gguf --peft DIR",
 				Flags: join(modelFlags(), []cli.Flag{
 					&cli.StringFlag{Name: "peft", Required: true, Usage: "PEFT adapter `DIR` to write"},
+					&cli.StringFlag{Name: "base-model", Usage: "base_model_name_or_path of adapter_config.json: the Hugging Face `NAME` (or folder) of the model (default: from the GGUF's general.source.huggingface.repository or general.basename fields)"},
 				}),
 				Action: func(ctx context.Context, c *cli.Command) error {
 					cfg, err := loadConfig(c)
 					if err != nil {
 						return err
 					}
-					sum, err := pipeline.ExportPEFT(cfg.Model, cfg.Model.Adapter, c.String("peft"))
+					sum, err := pipeline.ExportPEFT(cfg.Model, cfg.Model.Adapter, c.String("peft"), c.String("base-model"))
 					if err != nil {
 						return err
 					}

@@ -357,3 +357,52 @@ func TestInlineCommandFlags(t *testing.T) {
 	}
 	t.Logf("checked the flags of %d inline commands", checked)
 }
+
+// TestDocumentedClaims checks what the pages say beyond their commands:
+// the quick start's demo table and model file are the ones the demo makes,
+// and the help and docs/config.md tell the same --threads default.
+func TestDocumentedClaims(t *testing.T) {
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	quick, makefile := read("../../docs/quickstart.md"), read("../../Makefile")
+	header, _, _ := strings.Cut(pipeline.ExperimentTable(nil, 1), "\n")
+	if !strings.Contains(quick, "    "+header+"\n") {
+		t.Errorf("docs/quickstart.md does not show the table experiment prints:\n%s", header)
+	}
+	for _, m := range regexp.MustCompile(`build/demo/[a-z]+\.gguf`).FindAllString(quick, -1) {
+		if !strings.Contains(makefile, strings.Replace(m, "build/demo", "$(DEMO)", 1)) {
+			t.Errorf("docs/quickstart.md names %s, which make demo does not write", m)
+		}
+	}
+	for _, f := range []string{"--ops word"} {
+		if strings.Contains(makefile, f) != strings.Contains(quick, "`"+f+"`") {
+			t.Errorf("docs/quickstart.md and the Makefile's demo disagree on %s", f)
+		}
+	}
+	var threads string
+	for _, f := range modelFlags() {
+		if f.Names()[0] == "threads" {
+			threads = f.(*cli.IntFlag).Usage
+		}
+	}
+	row := regexp.MustCompile("(?m)^\\| `model.threads` .*$").FindString(read("../../docs/config.md"))
+	if !strings.Contains(threads, "5M parameters") || !strings.Contains(row, "5M parameters") {
+		t.Errorf("--threads and docs/config.md disagree on 0:\n%s\n%s", threads, row)
+	}
+	// The exit statuses: the guide's table is the code's.
+	guide := read("../../docs/guide.md")
+	for _, code := range []int{exitOK, exitError, exitUsage, exitFailUnder, exitInternal, 130} {
+		if !strings.Contains(guide, fmt.Sprintf("\n| %d | ", code)) {
+			t.Errorf("docs/guide.md's exit-status table lacks %d", code)
+		}
+	}
+	// advantage.mask_truncated: one meaning in the config table and the export page.
+	if !strings.Contains(read("../../docs/config.md"), "zero completion mask") || !strings.Contains(read("../../docs/export.md"), "`completion_mask` of zeros") {
+		t.Error("docs/config.md and docs/export.md disagree on advantage.mask_truncated")
+	}
+}

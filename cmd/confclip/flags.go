@@ -49,7 +49,7 @@ func modelFlags() []cli.Flag {
 	return []cli.Flag{
 		stringOpt("model", []string{"m"}, "GGUF model `FILE` ([model] path)", func(c *pipeline.Config) *string { return &c.Model.Path }),
 		stringOpt("adapter", []string{"lora"}, "LoRA adapter `FILE` (GGUF) on top of the model ([model] adapter)", func(c *pipeline.Config) *string { return &c.Model.Adapter }),
-		intOpt("threads", []string{"t"}, "CPU threads, 0 = every core ([model] threads)", func(c *pipeline.Config) *int { return &c.Model.Threads }),
+		intOpt("threads", []string{"t"}, "CPU threads, 0 = automatic: rollouts one per 5M parameters up to the cores, training every core ([model] threads)", func(c *pipeline.Config) *int { return &c.Model.Threads }),
 		intOpt("ctx-size", []string{"c", "ctx"}, "context of one sequence, prompt + completion, in tokens ([model] ctx)", func(c *pipeline.Config) *int { return &c.Model.Ctx }),
 		intOpt("gpu-layers", []string{"ngl", "n-gpu-layers"}, "layers offloaded to the GPU, -1 = all ([model] gpu_layers)", func(c *pipeline.Config) *int { return &c.Model.GPULayers }),
 		stringOpt("device", nil, "ggml `DEVICE` to run on, e.g. CUDA0 (confclip version lists them; [model] device)", func(c *pipeline.Config) *string { return &c.Model.Device }),
@@ -70,7 +70,7 @@ func samplingFlags() []cli.Flag {
 	setters[seed] = func(c *cli.Command, cfg *pipeline.Config) { cfg.Rollout.Seed = c.Uint64("seed") }
 	return []cli.Flag{
 		intOpt("group", []string{"G"}, "completions per prompt ([rollout] group)", func(c *pipeline.Config) *int { return &c.Rollout.Group }),
-		intOpt("max-tokens", []string{"n", "n-predict"}, "completion length limit in tokens ([rollout] max_tokens)", func(c *pipeline.Config) *int { return &c.Rollout.MaxTokens }),
+		intOpt("max-tokens", []string{"n", "n-predict"}, "completion length limit in tokens, 0 = the context left after the prompt ([rollout] max_tokens)", func(c *pipeline.Config) *int { return &c.Rollout.MaxTokens }),
 		floatOpt("temperature", []string{"temp"}, "sampling temperature, 0 = greedy ([rollout] temperature)", func(c *pipeline.Config) *float64 { return &c.Rollout.Temperature }),
 		floatOpt("top-p", nil, "nucleus sampling: 1 = off, 0 = the most likely token only, as in llama.cpp ([rollout] top_p)", func(c *pipeline.Config) *float64 { return &c.Rollout.TopP }),
 		intOpt("top-k", nil, "keep the K most likely tokens, 0 = off ([rollout] top_k)", func(c *pipeline.Config) *int { return &c.Rollout.TopK }),
@@ -88,7 +88,13 @@ func verifierFlags() []cli.Flag {
 	setters[timeout] = func(c *cli.Command, cfg *pipeline.Config) {
 		cfg.Verifier.TimeoutMS = int(c.Duration("timeout").Milliseconds())
 	}
+	strict := &cli.BoolFlag{Name: "strict", Usage: "math verifier: credit final-answer forms only (\\boxed{}, ####, \"the answer is\", Answer:, a bare number), no last-number fallback ([verifier] strict; default: true in run and experiment, false elsewhere)"}
+	setters[strict] = func(c *cli.Command, cfg *pipeline.Config) {
+		b := c.Bool("strict")
+		cfg.Verifier.Strict = &b
+	}
 	return []cli.Flag{
+		strict,
 		stringOpt("verifier", nil, "math, exact, choice, format or command ([verifier] name)", func(c *pipeline.Config) *string { return &c.Verifier.Name }),
 		stringOpt("pattern", nil, "format verifier: regular expression the completion must match ([verifier] pattern)", func(c *pipeline.Config) *string { return &c.Verifier.Pattern }),
 		boolOpt("format-json", "format verifier: the completion must be JSON ([verifier] json)", func(c *pipeline.Config) *bool { return &c.Verifier.JSON }),

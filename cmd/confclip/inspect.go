@@ -9,6 +9,8 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip"
+	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -19,10 +21,17 @@ func init() {
 	register(func() *cli.Command {
 		return &cli.Command{
 			Name:  "version",
-			Usage: "print the program version, the llama.cpp commit, compiled backends, the devices they found (the names --device takes) with their memory, and CPU features",
+			Usage: "print the program version, the llama.cpp commit, compiled backends, the devices they found (the names --device takes) with their memory, the CPU kernels chosen and CPU features",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "licenses", Usage: "print confclip's licence and those of the works it links (llama.cpp, ggml, ollama)"},
+			},
 			Action: func(ctx context.Context, c *cli.Command) error {
 				if _, err := loadConfig(c); err != nil {
 					return err
+				}
+				if c.Bool("licenses") {
+					fmt.Fprintf(c.Root().Writer, "confclip %s\n\n%s\n%s", Version, confclip.License, confclip.ThirdPartyNotices)
+					return nil
 				}
 				b := pipeline.Build()
 				w := c.Root().Writer
@@ -32,6 +41,11 @@ func init() {
 				fmt.Fprintln(w, "devices:")
 				for _, d := range b.Devices {
 					fmt.Fprintf(w, "  %s (%s, %s backend): %s, %d MiB free of %d MiB\n", d.Name, d.Type, d.Backend, d.Description, d.MemFree>>20, d.MemTotal>>20)
+				}
+				if v, built := llama.CPUVariant(); v != "" {
+					fmt.Fprintf(w, "cpu kernels: %s, chosen for this CPU at start (built: %s; CONFCLIP_CPU_VARIANT=NAME forces one)\n", v, strings.Join(built, ", "))
+				} else {
+					fmt.Fprintln(w, "cpu kernels: the build's one set (no choice at start)")
 				}
 				fmt.Fprintf(w, "system: %s\n", b.System)
 				return nil

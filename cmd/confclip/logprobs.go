@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -43,7 +41,7 @@ func logprobsCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	defer m.Close()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{
@@ -55,10 +53,10 @@ func logprobsCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	w := c.Root().Writer
-	fmt.Fprintf(w, "%d records (%d completion tokens) teacher-forced into %s in %s: %.1f tokens/s\n",
-		res.Records, res.Tokens, res.Out, res.Elapsed.Round(time.Millisecond), float64(res.Tokens)/res.Elapsed.Seconds())
+	fmt.Fprintf(w, "%s (%d completion tokens) teacher-forced into %s in %s: %.1f tokens/s\n",
+		count(res.Records, "record"), res.Tokens, res.Out, res.Elapsed.Round(time.Millisecond), float64(res.Tokens)/res.Elapsed.Seconds())
 	if len(res.Skipped) > 0 {
-		fmt.Fprintf(w, "%d malformed lines skipped (first: %s)\n", len(res.Skipped), res.Skipped[0])
+		fmt.Fprintf(w, "%s skipped (first: %s)\n", count(len(res.Skipped), "malformed line"), res.Skipped[0])
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -72,26 +71,14 @@ func newApp() *cli.Command {
 func usageError(_ context.Context, c *cli.Command, err error, _ bool) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		bare := strings.TrimLeft(name, "-")
+		if len(bare) > 1 { // the flag as it was typed: --name, not Go's -name
+			msg = "flag provided but not defined: --" + bare
+		}
 		flags := append(append([]cli.Flag{}, c.Flags...), c.Root().Flags...)
-		if s := cli.SuggestFlag(flags, strings.TrimLeft(name, "-"), true); s != "" {
+		if s := cli.SuggestFlag(flags, bare, true); s != "" {
 			msg += fmt.Sprintf(" (did you mean %s?)", s)
 		}
 	}
 	return cli.Exit(fmt.Sprintf("%s: %s; see %s --help", c.FullName(), msg, c.FullName()), 2)
-}
-
-// exitCode is the process status for an error of run.
-func exitCode(err error) int {
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) && ec.ExitCode() != 0 {
-		return ec.ExitCode()
-	}
-	return 1
-}
-
-func main() {
-	if err := newApp().Run(context.Background(), os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "confclip:", err)
-		os.Exit(exitCode(err))
-	}
 }

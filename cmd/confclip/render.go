@@ -105,3 +105,11 @@ func (r *renderer) event(e pipeline.Event) {
 		r.line(fmt.Sprintf("== %s%s, seed %d -> %s", start, e.Arm, e.Seed, e.Dir))
 	}
 }
+
+// count says n things in English: "1 group", "2 groups".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}

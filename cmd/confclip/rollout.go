@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -25,6 +23,7 @@ func init() {
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "rollout records `FILE` (JSONL); an existing one made the same way is resumed"},
 				&cli.BoolFlag{Name: "restart", Usage: "delete --out and start over instead of resuming it"},
 				&cli.BoolFlag{Name: "skip-bad", Usage: "skip malformed lines of --data, counting them, instead of stopping"},
+				&cli.BoolFlag{Name: "allow-no-answer", Usage: "sample prompts without a reference answer although the verifier needs one (scoring then refuses them)"},
 				&cli.BoolFlag{Name: "no-timing", Usage: "leave timing out of the records (the file then depends only on the inputs and options)"},
 			}, shardFlags(), endpointFlags()),
 			Action: rolloutCmd,
@@ -52,12 +51,12 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 		}
 		defer m.Close()
 	}
-	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	sctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.Rollout(sctx, m, pipeline.RolloutOptions{
 		Config: cfg, In: c.String("data"), Out: c.String("out"),
-		SkipBad: c.Bool("skip-bad"), NoTiming: c.Bool("no-timing"), Restart: c.Bool("restart"), Progress: r.event,
+		SkipBad: c.Bool("skip-bad"), AllowNoAnswer: c.Bool("allow-no-answer"), NoTiming: c.Bool("no-timing"), Restart: c.Bool("restart"), Progress: r.event,
 		Shard: shard, Source: source,
 	})
 	r.end()
@@ -69,15 +68,15 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 		fmt.Fprintf(w, "resumed %s: %d of %d prompts were already complete\n", res.Out, res.AlreadyDone, res.Prompts)
 	}
 	if res.Groups > 0 || err == nil {
-		fmt.Fprintf(w, "%d groups (%d completions, %d tokens) written to %s in %s: %.1f tokens/s; %d prompt tokens decoded\n",
-			res.Groups, res.Records, res.Tokens, res.Out, res.Elapsed.Round(time.Millisecond), res.TokensPerSecond(), res.PromptTokens)
+		fmt.Fprintf(w, "%s (%s, %d tokens) written to %s in %s: %.1f tokens/s; %d prompt tokens decoded\n",
+			count(res.Groups, "group"), count(res.Records, "completion"), res.Tokens, res.Out, res.Elapsed.Round(time.Millisecond), res.TokensPerSecond(), res.PromptTokens)
 		fmt.Fprintf(w, "%s holds %d complete groups, made with %s\n", res.Out, res.FileGroups, res.Provenance)
 	}
 	if len(res.Skipped) > 0 {
-		fmt.Fprintf(w, "%d malformed lines skipped (first: %s)\n", len(res.Skipped), res.Skipped[0])
+		fmt.Fprintf(w, "%s skipped (first: %s)\n", count(len(res.Skipped), "malformed line"), res.Skipped[0])
 	}
 	if len(res.Failed) > 0 {
-		fmt.Fprintf(w, "%d prompts not generated:\n", len(res.Failed))
+		fmt.Fprintf(w, "%s not generated:\n", count(len(res.Failed), "prompt"))
 		for _, f := range res.Failed {
 			fmt.Fprintf(w, "  %s\n", f)
 		}

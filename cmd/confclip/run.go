@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v3"
 
@@ -19,11 +16,13 @@ func init() {
 			Name:      "run",
 			Usage:     "the main job: rollout, score, export and train, looped, with evaluation, metrics, plots and checkpoints",
 			ArgsUsage: "CONFIG.toml",
-			Flags: []cli.Flag{
+			// Every stage's flags: a flag given wins over the file.
+			Flags: join([]cli.Flag{
 				&cli.BoolFlag{Name: "resume", Usage: "continue the run in [run] out from its last checkpoint (with more --steps, extend a finished run)"},
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "run `DIR` (overrides [run] out)"},
 				&cli.IntFlag{Name: "steps", Value: defaults.Run.Steps, Usage: "training steps (overrides [run] steps)"},
-			},
+				&cli.StringSliceFlag{Name: "endpoint", Usage: "sample on the rollout worker at `URL` (confclip serve, or any OpenAI-compatible server; repeat for more; overrides [rollout] endpoints)"},
+			}, stageFlags()),
 			Action: runCmd,
 		}
 	})
@@ -32,13 +31,18 @@ func init() {
 			Name:      "experiment",
 			Usage:     "run several arms (binary GRPO, ConfClip GRPO, ...) times several seeds from the same start and compare them",
 			ArgsUsage: "CONFIG.toml",
-			Flags: []cli.Flag{
+			Flags: join([]cli.Flag{
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "experiment `DIR` (overrides [run] out)"},
 				&cli.IntFlag{Name: "steps", Value: defaults.Run.Steps, Usage: "training steps per run (overrides [run] steps)"},
-			},
+			}, stageFlags()),
 			Action: experimentCmd,
 		}
 	})
+}
+
+// stageFlags are the flags of every stage a run loops over.
+func stageFlags() []cli.Flag {
+	return join(modelFlags(), samplingFlags(), verifierFlags(), rewardFlags(), trainFlags())
 }
 
 // runConfig reads CONFIG.toml (the argument, or --config) and the overrides.
@@ -50,7 +54,7 @@ func runConfig(c *cli.Command) (pipeline.Config, error) {
 	case c.NArg() > 1 || path == "":
 		return pipeline.Config{}, cli.Exit(c.Name+": give one CONFIG.toml (as the argument or with --config)", 2)
 	}
-	cfg, err := pipeline.LoadConfig(path)
+	cfg, err := loadConfigFile(c, path)
 	if err != nil {
 		return cfg, err
 	}
@@ -60,6 +64,9 @@ func runConfig(c *cli.Command) (pipeline.Config, error) {
 	if c.IsSet("steps") {
 		cfg.Run.Steps = c.Int("steps")
 	}
+	if c.IsSet("endpoint") {
+		cfg.Rollout.Endpoints = c.StringSlice("endpoint")
+	}
 	return cfg, nil
 }
 
@@ -68,10 +75,14 @@ func runCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
-	r := newRenderer(os.Stderr)
-	res, err := pipeline.Run(ctx, pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event})
+	r := newRenderer(c.Root().ErrWriter)
+	ro := pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event}
+	if len(cfg.Rollout.Endpoints) > 0 {
+		ro.Remote = workerPool(cfg.Rollout.Endpoints)
+	}
+	res, err := pipeline.Run(ctx, ro)
 	r.end()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("interrupted; the last checkpoint is in %s: continue with --resume", cfg.Run.Out)
@@ -95,9 +106,9 @@ func experimentCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
-	r := newRenderer(os.Stderr)
+	r := newRenderer(c.Root().ErrWriter)
 	res, err := pipeline.Experiment(ctx, cfg, r.event)
 	r.end()
 	if err != nil {

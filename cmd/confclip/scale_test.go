@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,8 @@ func TestServeAndEndpoint(t *testing.T) {
 			break
 		}
 	}
-	go io.Copy(io.Discard, pr)
+	var log syncBuffer // the access log
+	go io.Copy(&log, pr)
 	if url == "" {
 		cancel()
 		t.Fatalf("serve printed no address: %v", <-done)
@@ -132,5 +134,10 @@ func TestServeAndEndpoint(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not stop")
+	}
+	// One access-log line per request: 1 health check, 12 groups' requests.
+	l := log.String()
+	if !regexp.MustCompile(`(?m) GET /health 200 \d+B \d`).MatchString(l) || strings.Count(l, " POST /v1/completions 200 ") != 12 {
+		t.Errorf("access log:\n%s", l)
 	}
 }

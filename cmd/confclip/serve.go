@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -35,8 +35,10 @@ func init() {
 				&cli.StringFlag{Name: "adapter-dir", Usage: "let POST /v1/adapters load LoRA adapters from `DIR`"},
 				&cli.IntFlag{Name: "max-requests", Value: 256, Usage: "requests queued or running at once; more get 429"},
 				&cli.IntFlag{Name: "max-body", Value: 1 << 20, Usage: "largest request body in bytes; larger get 413"},
+				&cli.IntFlag{Name: "max-adapter-bytes", Value: 1 << 30, Usage: "largest adapter PUT /v1/adapters/NAME takes (with --adapter-dir); larger get 413"},
 				&cli.IntFlag{Name: "max-n", Value: 64, Usage: "largest n (completions per request)"},
 				&cli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Minute, Usage: "on SIGTERM, how long in-flight requests may take to finish"},
+				&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no access log (one line per request on stderr)"},
 			}),
 			Action: serveCmd,
 		}
@@ -56,6 +58,7 @@ func serveCmd(ctx context.Context, c *cli.Command) error {
 	srv, err := server.New(m, server.Options{
 		Config: cfg, ModelID: c.String("model-id"), AdapterDir: c.String("adapter-dir"),
 		MaxRequests: c.Int("max-requests"), MaxBodyBytes: int64(c.Int("max-body")), MaxN: c.Int("max-n"),
+		MaxAdapterBytes: int64(c.Int("max-adapter-bytes")),
 	})
 	if err != nil {
 		return err
@@ -64,9 +67,12 @@ func serveCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	hs := srv.HTTPServer()
+	if !c.Bool("quiet") {
+		hs.Handler = accessLog(hs.Handler, c.Root().ErrWriter)
+	}
 	fmt.Fprintf(c.Root().Writer, "serving %s on http://%s/v1\n", srv.ModelID(), ln.Addr())
-	sctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	sctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -112,4 +118,43 @@ func endpointOf(ctx context.Context, c *cli.Command) (pipeline.RolloutSource, er
 		return nil, err
 	}
 	return cl, nil
+}
+
+// accessLog writes one line per request to w when it ends: time, client,
+// method and path, status, bytes of the response, duration.
+func accessLog(h http.Handler, w io.Writer) http.Handler {
+	var mu sync.Mutex
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: rw, status: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "%s %s %s %s %d %dB %s\n", start.Format("2006-01-02T15:04:05.000Z07:00"), r.RemoteAddr, r.Method, r.URL.Path,
+			rec.status, rec.bytes, time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// statusRecorder notes a response's status and size; it flushes, so that
+// streams still stream.
+type statusRecorder struct {
+	http.ResponseWriter
+	status, bytes int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += n
+	return n, err
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }

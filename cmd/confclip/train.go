@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/jsonnull"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -49,7 +49,10 @@ func trainCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(sum, "", "  ")
+	b, err := jsonnull.MarshalIndent(sum, "", "  ")
+	if err != nil {
+		return fmt.Errorf("the training summary as JSON: %w", err)
+	}
 	fmt.Fprintln(c.Root().Writer, string(b))
 	if p := c.String("summary"); p != "" {
 		return pipeline.WriteFileAtomic(p, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })

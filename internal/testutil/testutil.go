@@ -39,7 +39,10 @@ func Main(m *testing.M, tiny *string) {
 
 // SharedDir is ../shared/models beside the checkout (from a package folder).
 func SharedDir() string {
-	dir, _ := filepath.Abs(filepath.Join("..", "..", "shared", "models"))
+	dir, err := filepath.Abs(filepath.Join("..", "..", "shared", "models"))
+	if err != nil { // no working directory: the relative path is what there is
+		dir = filepath.Join("..", "..", "shared", "models")
+	}
 	return dir
 }
 

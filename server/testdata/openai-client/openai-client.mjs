@@ -52,6 +52,34 @@ if (streamed !== choice.message.content || finish !== choice.finish_reason || !u
 }
 out.stream = { chunks, content: streamed };
 
+// Completions stream too, and spell the text of the same request unstreamed.
+const whole = await client.completions.create({ model, prompt: "Say 3:", max_tokens: 8, seed: 3 });
+let ctext = "";
+let cfinish = null;
+for await (const chunk of await client.completions.create({ model, prompt: "Say 3:", max_tokens: 8, seed: 3, stream: true })) {
+  for (const c of chunk.choices) {
+    ctext += c.text ?? "";
+    if (c.finish_reason) cfinish = c.finish_reason;
+  }
+}
+if (ctext !== whole.choices[0].text || cfinish !== whole.choices[0].finish_reason) {
+  fail(`completions stream: ${JSON.stringify(ctext)} (${cfinish}), whole ${JSON.stringify(whole.choices[0].text)} (${whole.choices[0].finish_reason})`);
+}
+out.completions_stream = { content: ctext, finish: cfinish };
+
+// No max_tokens: the context left after the prompt, not an error.
+const open = await client.completions.create({ model, prompt: "Say 4:", seed: 4 });
+if (!(open.usage.completion_tokens > 0)) fail(`no max_tokens: ${JSON.stringify(open)}`);
+out.no_max_tokens = { tokens: open.usage.completion_tokens, finish: open.choices[0].finish_reason };
+
+// Penalties the sampler does not have are refused, not ignored.
+try {
+  await client.chat.completions.create({ model, messages, max_tokens: 4, frequency_penalty: 0.5 });
+  fail("frequency_penalty 0.5 was accepted");
+} catch (e) {
+  if (!(e instanceof OpenAI.APIError) || e.status !== 400 || !String(e.message).includes("frequency_penalty")) fail(`frequency_penalty: ${e}`);
+}
+
 try {
   await client.completions.create({ model, prompt: "a", n: 0 });
   fail("n = 0 was accepted");

@@ -1,0 +1,511 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/rollout"
+)
+
+// Pool is `run`'s rollout workers (pipeline.RemoteRollouts): several
+// OpenAI-compatible servers sharing each step's groups.
+//
+//   - Each group (one prompt, n = the group size) goes to the usable worker
+//     with the shortest queue: its requests queued and running as its
+//     GET /health last said (others' as well as ours), plus ours sent since.
+//   - A request that fails (a broken connection, 5xx, 429 after the
+//     client's retry) or takes longer than Timeout sends its group to
+//     another worker, and the worker is left out until its /health answers
+//     again. A group the server refuses (4xx) is a bad prompt: listed, not
+//     retried.
+//   - SetAdapter uploads the step's adapter to every confclip serve worker
+//     (PUT /v1/adapters/NAME) whose /health reports another; a worker that
+//     reports another adapter afterwards (a failed upload, a switch by
+//     someone else) gets no group until it reports the step's again.
+//   - Each record names its worker (dataset.Rollout.Worker).
+type Pool struct {
+	Workers []*Client
+	// Timeout bounds one group's request on one worker; 0 = 10 minutes.
+	Timeout time.Duration
+	// Poll is how often every worker's /health is read while a step runs;
+	// 0 = 500 ms.
+	Poll time.Duration
+	// Grace is how long a step waits for a worker to come back when none
+	// is usable; 0 = 30 s.
+	Grace time.Duration
+	// Log receives a line for each worker left out and each group retried;
+	// nil discards them.
+	Log io.Writer
+
+	mu     sync.Mutex
+	wake   *sync.Cond
+	state  []*worker
+	want   string // the sha256 every confclip serve worker must report
+	report pipeline.RemoteReport
+}
+
+type worker struct {
+	c        *Client
+	uploads  bool   // /health reports adapter_sha256: confclip serve
+	sha      string // the adapter /health reported last
+	others   int    // queued and running requests that are not ours, at the last poll
+	inflight int    // our requests in flight
+	down     error  // the last failure; cleared by a good /health
+	groups   int
+	failures int
+	refused  string
+}
+
+// NewPool makes a pool of the endpoints, each a copy of base (API key,
+// concurrency: requests in flight per worker, model name).
+func NewPool(endpoints []string, base Client) *Pool {
+	p := &Pool{}
+	for _, e := range endpoints {
+		c := base
+		c.Endpoint = e
+		if c.Retries == 0 {
+			c.Retries = 1 // then another worker: a dead one costs one pause
+		}
+		p.Workers = append(p.Workers, &c)
+	}
+	return p
+}
+
+// Model implements pipeline.RolloutSource.
+func (p *Pool) Model() string {
+	names := make([]string, len(p.Workers))
+	for i, c := range p.Workers {
+		names[i] = c.Model()
+	}
+	return "workers " + strings.Join(names, ", ")
+}
+
+func (p *Pool) init() {
+	if p.wake != nil {
+		return
+	}
+	p.wake = sync.NewCond(&p.mu)
+	for _, c := range p.Workers {
+		p.state = append(p.state, &worker{c: c})
+	}
+}
+
+func (p *Pool) logf(format string, a ...any) {
+	if p.Log != nil {
+		fmt.Fprintf(p.Log, "workers: "+format+"\n", a...)
+	}
+}
+
+// healthOf is what a worker's GET /health says.
+type healthOf struct {
+	queue   int
+	uploads bool
+	sha     string
+}
+
+func (c *Client) health(ctx context.Context) (healthOf, error) {
+	var h healthOf
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	url := strings.TrimSuffix(c.base(), "/v1") + "/health"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return h, err
+	}
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return h, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return h, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return h, fmt.Errorf("%s: status %d: %s", url, resp.StatusCode, short(b))
+	}
+	var st map[string]json.RawMessage
+	if json.Unmarshal(b, &st) != nil {
+		return h, nil // another server's health page: no queue, no uploads
+	}
+	var q, r int
+	json.Unmarshal(st["queued"], &q)
+	json.Unmarshal(st["running"], &r)
+	h.queue = q + r
+	if raw, ok := st["adapter_sha256"]; ok {
+		h.uploads = true
+		json.Unmarshal(raw, &h.sha)
+	}
+	return h, nil
+}
+
+// uploadAdapter sends the adapter file as PUT /v1/adapters/NAME.
+func (c *Client) uploadAdapter(ctx context.Context, path, name, sum string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base()+"/adapters/"+name, f)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = fi.Size()
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set(AdapterSHA256Header, sum)
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("PUT %s/adapters/%s: status %d: %s", c.base(), name, resp.StatusCode, short(b))
+	}
+	return nil
+}
+
+// SetAdapter implements pipeline.RemoteRollouts: every confclip serve
+// worker that reports another adapter gets this one (as
+// run-SHA256PREFIX.gguf in its --adapter-dir). It fails only when no
+// worker is left to sample with.
+func (p *Pool) SetAdapter(ctx context.Context, path, sum string) error {
+	p.mu.Lock()
+	p.init()
+	p.want = sum
+	p.report = pipeline.RemoteReport{AdapterSHA256: sum}
+	p.mu.Unlock()
+	name := "run-" + sum[:min(16, len(sum))] + ".gguf"
+	var wg sync.WaitGroup
+	for _, w := range p.state {
+		wg.Go(func() {
+			refused := ""
+			h, err := w.c.health(ctx)
+			if err == nil && h.uploads && h.sha != sum {
+				if err = w.c.uploadAdapter(ctx, path, name, sum); err == nil {
+					h, err = w.c.health(ctx)
+				}
+				if err != nil {
+					refused = "adapter upload: " + err.Error()
+				} else if h.sha != sum {
+					refused = fmt.Sprintf("reports adapter sha256 %q after the upload of %s", h.sha, sum)
+				}
+			} else if err != nil {
+				refused = "down: " + err.Error()
+			}
+			if err == nil && w.c.ModelName == "" {
+				if err = w.c.Resolve(ctx); err != nil {
+					refused = "down: " + err.Error()
+				}
+			}
+			p.mu.Lock()
+			w.uploads, w.sha, w.others = h.uploads, h.sha, h.queue
+			w.c.adapterSHA = ""
+			if h.uploads {
+				w.c.adapterSHA = sum // a switch after the check gets 409, not samples
+			}
+			w.groups, w.failures, w.refused = 0, 0, refused
+			w.down = nil
+			if refused != "" {
+				w.down = errors.New(refused)
+			}
+			p.mu.Unlock()
+			if refused != "" {
+				p.logf("%s left out: %s", w.c.base(), refused)
+			} else if !h.uploads {
+				p.logf("%s takes no adapter uploads (not confclip serve with --adapter-dir): it samples with what it serves", w.c.base())
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var why []string
+	for _, w := range p.state {
+		if p.usable(w) {
+			return nil
+		}
+		why = append(why, w.c.base()+": "+w.refused)
+	}
+	return fmt.Errorf("no rollout worker can sample with adapter %s: %s", short([]byte(sum)), strings.Join(why, "; "))
+}
+
+// usable: up, and on the step's adapter if it takes uploads.
+func (p *Pool) usable(w *worker) bool {
+	return w.down == nil && (!w.uploads || w.sha == p.want)
+}
+
+// Report implements pipeline.RemoteRollouts.
+func (p *Pool) Report() pipeline.RemoteReport {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.report
+	r.Workers = nil
+	for _, w := range p.state {
+		wr := pipeline.WorkerReport{Endpoint: w.c.base(), Uploads: w.uploads, AdapterSHA256: w.sha, Groups: w.groups, Failures: w.failures, Refused: w.refused}
+		switch {
+		case wr.Refused != "":
+		case w.down != nil:
+			wr.Refused = "down: " + w.down.Error()
+		case w.uploads && w.sha != p.want:
+			wr.Refused = fmt.Sprintf("reports adapter sha256 %q, not the step's", w.sha)
+		}
+		r.Workers = append(r.Workers, wr)
+	}
+	return r
+}
+
+// poll reads every worker's /health until ctx ends: queue lengths for the
+// balance, adapters for the check, and workers back up.
+func (p *Pool) poll(ctx context.Context) {
+	every := p.Poll
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		var wg sync.WaitGroup
+		for _, w := range p.state {
+			wg.Go(func() {
+				h, err := w.c.health(ctx)
+				if ctx.Err() != nil {
+					return
+				}
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				if err != nil {
+					if w.down == nil {
+						p.logf("%s is down: %v", w.c.base(), err)
+					}
+					w.down = err
+					return
+				}
+				if w.refused != "" && !strings.HasPrefix(w.refused, "down") {
+					w.uploads, w.sha = h.uploads, h.sha
+					return // a failed upload stays refused for the step
+				}
+				wasUsable := p.usable(w)
+				if w.down != nil {
+					p.logf("%s answers again", w.c.base())
+				}
+				if h.uploads && h.sha != p.want && (wasUsable || w.down != nil) {
+					p.logf("%s reports adapter sha256 %q, not the step's %s: it gets no groups until it does", w.c.base(), h.sha, p.want)
+				}
+				w.down, w.uploads, w.sha = nil, h.uploads, h.sha
+				w.others = max(0, h.queue-w.inflight)
+			})
+		}
+		wg.Wait()
+		p.mu.Lock()
+		p.wake.Broadcast()
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Generate implements pipeline.RolloutSource over the workers.
+func (p *Pool) Generate(ctx context.Context, cfg pipeline.Config, prompts []dataset.Prompt, emit func([]dataset.Rollout) error) (rollout.Stats, error) {
+	start := time.Now()
+	var st rollout.Stats
+	p.mu.Lock()
+	p.init()
+	p.mu.Unlock()
+	if len(p.state) == 0 {
+		return st, errors.New("no rollout workers")
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pollDone := make(chan struct{})
+	go func() { p.poll(ctx); close(pollDone) }()
+	stopWake := context.AfterFunc(ctx, func() { p.mu.Lock(); p.wake.Broadcast(); p.mu.Unlock() })
+	defer stopWake()
+
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Minute
+	}
+	grace := p.Grace
+	if grace <= 0 {
+		grace = 30 * time.Second
+	}
+	pending := make([]int, len(prompts))
+	for i := range pending {
+		pending[i] = i
+	}
+	tried := make([]map[*worker]bool, len(prompts))
+	attempts := make([]int, len(prompts))
+	inflight := 0
+	var firstErr error
+	var wg sync.WaitGroup
+	var noneSince time.Time
+
+	p.mu.Lock()
+	for (len(pending) > 0 || inflight > 0) && firstErr == nil && ctx.Err() == nil {
+		if len(pending) == 0 {
+			p.wake.Wait()
+			continue
+		}
+		i := pending[0]
+		w := p.pick(tried[i])
+		if w == nil {
+			anyUsable := false
+			for _, x := range p.state {
+				anyUsable = anyUsable || p.usable(x)
+			}
+			switch {
+			case anyUsable || inflight > 0:
+				noneSince = time.Time{}
+			case noneSince.IsZero():
+				noneSince = time.Now()
+			case time.Since(noneSince) > grace:
+				var why []string
+				for _, x := range p.state {
+					r := x.refused
+					if r == "" && x.down != nil {
+						r = "down: " + x.down.Error()
+					} else if r == "" {
+						r = fmt.Sprintf("adapter sha256 %q, not the step's", x.sha)
+					}
+					why = append(why, x.c.base()+": "+r)
+				}
+				firstErr = fmt.Errorf("no rollout worker usable for %s (%d groups left): %s", grace, len(pending), strings.Join(why, "; "))
+				continue
+			}
+			p.wake.Wait()
+			continue
+		}
+		noneSince = time.Time{}
+		pending = pending[1:]
+		if tried[i] == nil {
+			tried[i] = map[*worker]bool{}
+		}
+		tried[i][w] = true
+		attempts[i]++
+		w.inflight++
+		inflight++
+		wg.Go(func() {
+			rctx, rcancel := context.WithTimeout(ctx, timeout)
+			g, promptTokens, err := w.c.group(rctx, cfg, &prompts[i])
+			timedOut := rctx.Err() != nil && ctx.Err() == nil
+			rcancel()
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			defer p.wake.Broadcast()
+			w.inflight--
+			inflight--
+			var re requestError
+			switch {
+			case ctx.Err() != nil:
+			case err == nil:
+				for k := range g {
+					g[k].Worker = w.c.base()
+				}
+				if e := emit(g); e != nil && firstErr == nil {
+					firstErr = e
+					cancel()
+					return
+				}
+				w.groups++
+				p.report.Groups++
+				st.Groups++
+				st.Records += len(g)
+				st.PromptTokens += promptTokens
+				for _, r := range g {
+					st.Tokens += max(len(r.Tokens), len(r.Logprobs))
+				}
+			case errors.As(err, &re) && !timedOut:
+				st.Errors = append(st.Errors, rollout.RecordError{Index: i, ID: prompts[i].ID, Reason: err.Error()})
+			default:
+				if timedOut {
+					err = fmt.Errorf("no answer in %s", timeout)
+				}
+				w.failures++
+				if w.down == nil {
+					w.down = err
+				}
+				if attempts[i] >= 2*len(p.state) {
+					if firstErr == nil {
+						firstErr = fmt.Errorf("prompt %q: failed on every worker, the last time: %w", prompts[i].ID, err)
+						cancel()
+					}
+					return
+				}
+				p.report.Retries++
+				p.logf("%s failed prompt %q (%v): sending it to another worker", w.c.base(), prompts[i].ID, err)
+				pending = append(pending, i)
+			}
+		})
+	}
+	p.mu.Unlock()
+	if firstErr != nil {
+		cancel() // the requests in flight
+	}
+	wg.Wait()
+	cancel()
+	<-pollDone
+	st.Elapsed = time.Since(start)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if firstErr == nil && parent.Err() != nil {
+		firstErr = parent.Err()
+	}
+	if firstErr == nil && len(pending) > 0 {
+		firstErr = fmt.Errorf("%d groups not generated", len(pending))
+	}
+	return st, firstErr
+}
+
+// pick is the usable worker with the shortest queue and a free request
+// slot, preferring those the group has not failed on; nil when none.
+func (p *Pool) pick(tried map[*worker]bool) *worker {
+	var best *worker
+	bestFresh := false
+	for _, w := range p.state {
+		limit := w.c.Concurrency
+		if limit <= 0 {
+			limit = 8
+		}
+		if !p.usable(w) || w.inflight >= limit {
+			continue
+		}
+		fresh := !tried[w]
+		load := w.others + w.inflight
+		switch {
+		case best == nil, fresh && !bestFresh:
+		case fresh == bestFresh && load < best.others+best.inflight:
+		default:
+			continue
+		}
+		best, bestFresh = w, fresh
+	}
+	return best
+}
