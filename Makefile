@@ -276,6 +276,10 @@ demo: bin/confclip
 	  --max-word-operand 9 --ops word --seed 1
 	@[ -f $(DEMO)/word.gguf ] || ./bin/confclip pretrain --corpus $(DEMO)/data/corpus.txt \
 	  --out $(DEMO)/word.gguf --steps 800 --batch 16 --lr 3e-3 --seed 1 --threads 1
+	@# The start depends on the CPU (pre-training rounds differently on each
+	@# kernel set): say which one this is.
+	@echo "pre-trained start $(DEMO)/word.gguf: sha256 $$(sha256sum $(DEMO)/word.gguf | cut -d' ' -f1)"
+	./bin/confclip version
 	rm -rf $(DEMO)/experiment
 	@start=$$(date +%s); ./bin/confclip experiment examples/demo.toml || exit 1; \
 	  echo "RL part (both arms, evaluations included): $$(( $$(date +%s) - start )) s wall"

@@ -152,10 +152,18 @@ type RunConfig struct {
 }
 
 // ExperimentConfig is the grid of `confclip experiment`: every arm with
-// every seed, from the same start.
+// every seed, from each start (model.path when Starts is empty).
 type ExperimentConfig struct {
 	Arms  []string `toml:"arms"`  // binary_grpo, confclip_grpo, confclip_dr_grpo, binary_dr_grpo, confclip_rloo
 	Seeds []uint64 `toml:"seeds"` // rollout and adapter seeds
+	// Starts are the pre-trained models the grid is run from: pre-training
+	// seeds (each pre-trained on Corpus with the Pretrain* settings, cached
+	// by seed in run.out/starts) or model paths.
+	Starts        []Start `toml:"starts"`
+	Corpus        string  `toml:"corpus"`         // pre-training texts for seed starts
+	PretrainSteps int     `toml:"pretrain_steps"` // as confclip pretrain --steps
+	PretrainBatch int     `toml:"pretrain_batch"` // as confclip pretrain --batch
+	PretrainLR    float64 `toml:"pretrain_lr"`    // as confclip pretrain --lr
 }
 
 // DefaultConfig is the configuration used when neither file nor flag says otherwise.
@@ -171,7 +179,7 @@ func DefaultConfig() Config {
 			GradClip: 1, LossAgg: "token_mean", Iterations: 1, Epsilon: 0.2, Schedule: "constant",
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
 		Run:        RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
-		Experiment: ExperimentConfig{Arms: []string{"binary_grpo", "confclip_grpo", "confclip_dr_grpo"}, Seeds: []uint64{1, 2, 3}},
+		Experiment: ExperimentConfig{Arms: []string{"binary_grpo", "confclip_grpo", "confclip_dr_grpo"}, Seeds: []uint64{1, 2, 3}, PretrainSteps: 800, PretrainBatch: 16, PretrainLR: 3e-3},
 	}
 }
 

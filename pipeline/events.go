@@ -67,11 +67,12 @@ type RunStepDone struct {
 type RunNote struct{ Text string }
 
 // ExperimentRun is sent as an experiment starts (or resumes) one arm's run
-// with one seed, in Dir.
+// with one seed (from Start, with experiment.starts), in Dir.
 type ExperimentRun struct {
-	Arm  string
-	Seed uint64
-	Dir  string
+	Start string
+	Arm   string
+	Seed  uint64
+	Dir   string
 }
 
 func (ExperimentRun) isEvent()        {}

@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,12 +12,56 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/jsonnull"
 )
+
+// Start is one entry of experiment.starts: a pre-training seed (a TOML
+// integer) or a model path (a TOML string).
+type Start struct {
+	Seed uint64
+	Path string
+}
+
+// UnmarshalTOML reads an integer as a pre-training seed, a string as a path.
+func (s *Start) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		if x < 0 {
+			return fmt.Errorf("start %d: a pre-training seed is 0 or more", x)
+		}
+		*s = Start{Seed: uint64(x)}
+	case string:
+		if x == "" {
+			return errors.New("start \"\": want a model path or a pre-training seed")
+		}
+		*s = Start{Path: x}
+	default:
+		return fmt.Errorf("start %v: want a pre-training seed (integer) or a model path (string)", v)
+	}
+	return nil
+}
+
+// MarshalTOML writes a start as it is read.
+func (s Start) MarshalTOML() ([]byte, error) {
+	if s.Path != "" {
+		return []byte(strconv.Quote(s.Path)), nil
+	}
+	return []byte(strconv.FormatUint(s.Seed, 10)), nil
+}
+
+// Name is the start's folder name in an experiment: pretrain-seed-N, or the
+// model file's name without .gguf.
+func (s Start) Name() string {
+	if s.Path != "" {
+		return strings.TrimSuffix(filepath.Base(s.Path), ".gguf")
+	}
+	return fmt.Sprintf("pretrain-seed-%d", s.Seed)
+}
 
 // Arm is one configuration of an experiment: a reward, an advantage
 // estimator and its scale; everything else is shared.
@@ -74,6 +121,7 @@ type ArmResult struct {
 
 // SeedResult is one run of an arm.
 type SeedResult struct {
+	Start          string  `json:"start,omitempty"` // the start's name, with experiment.starts
 	Seed           uint64  `json:"seed"`
 	Dir            string  `json:"dir"`
 	AccBefore      float64 `json:"held_out_accuracy_before"`
@@ -107,9 +155,12 @@ type ExperimentResult struct {
 // Experiment runs every arm with every seed from the same start (model,
 // initial adapter seed, data), each as a `confclip run` in
 // OUT/ARM/seed-N (resumed where a run folder already exists), then writes a
-// Markdown table (results.md), results.json and comparison plots. Progress,
-// when set, receives an ExperimentRun event as each run starts, then that
-// run's own events (RunStage, RunStepDone, RunNote).
+// Markdown table (results.md), results.json and comparison plots. With
+// experiment.starts, the grid is run from each start in
+// OUT/START/ARM/seed-N (pre-training seed starts are trained first, into
+// OUT/starts, and reused while their settings match). Progress, when set,
+// receives an ExperimentRun event as each run starts, then that run's own
+// events (RunStage, RunStepDone, RunNote).
 func Experiment(ctx context.Context, cfg Config, progress func(Event)) (ExperimentResult, error) {
 	if progress == nil {
 		progress = func(Event) {}
@@ -127,33 +178,54 @@ func Experiment(ctx context.Context, cfg Config, progress func(Event)) (Experime
 		}
 		arms = append(arms, a)
 	}
-	// Seed-major order: an interrupted experiment holds whole pairs.
+	if err := checkStarts(cfg.Experiment); err != nil {
+		return res, fmt.Errorf("experiment: %w", err)
+	}
+	starts := cfg.Experiment.Starts
+	if len(starts) == 0 {
+		starts = []Start{{Path: cfg.Model.Path}}
+	}
+	// Start-major, then seed-major order: an interrupted experiment holds
+	// whole pairs.
 	armRes := make([]ArmResult, len(arms))
 	all := make([][][]StepMetrics, len(arms))
-	before := "" // a finished run whose step-0 evaluation the others reuse
-	for _, seed := range cfg.Experiment.Seeds {
-		for ai, arm := range arms {
-			c := cfg
-			c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
-			c.Rollout.Seed, c.Train.Seed = seed, seed
-			c.Run.Out = filepath.Join(cfg.Run.Out, arm.Name, fmt.Sprintf("seed-%d", seed))
-			// A run records its own arm and seed, not the grid's: an
-			// experiment given more seeds or arms resumes its finished runs.
-			c.Experiment = ExperimentConfig{Arms: []string{arm.Name}, Seeds: []uint64{seed}}
-			_, statErr := os.Stat(filepath.Join(c.Run.Out, RunConfigFile))
-			progress(ExperimentRun{Arm: arm.Name, Seed: seed, Dir: c.Run.Out})
-			r, err := Run(ctx, RunOptions{Config: c, Resume: statErr == nil, Progress: progress, BeforeFrom: before})
-			if err != nil {
-				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
+	for _, start := range starts {
+		model, err := startModel(ctx, cfg, start, progress)
+		if err != nil {
+			return res, fmt.Errorf("experiment: start %s: %w", start.Name(), err)
+		}
+		startName, base := "", cfg.Run.Out
+		if len(cfg.Experiment.Starts) > 0 {
+			startName, base = start.Name(), filepath.Join(cfg.Run.Out, start.Name())
+		}
+		before := "" // a finished run of this start whose step-0 evaluation the others reuse
+		for _, seed := range cfg.Experiment.Seeds {
+			for ai, arm := range arms {
+				c := cfg
+				c.Model.Path = model
+				c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
+				c.Rollout.Seed, c.Train.Seed = seed, seed
+				c.Run.Out = filepath.Join(base, arm.Name, fmt.Sprintf("seed-%d", seed))
+				// A run records its own arm and seed, not the grid's: an
+				// experiment given more seeds, arms or starts resumes its
+				// finished runs.
+				c.Experiment = ExperimentConfig{Arms: []string{arm.Name}, Seeds: []uint64{seed}}
+				_, statErr := os.Stat(filepath.Join(c.Run.Out, RunConfigFile))
+				progress(ExperimentRun{Start: startName, Arm: arm.Name, Seed: seed, Dir: c.Run.Out})
+				r, err := Run(ctx, RunOptions{Config: c, Resume: statErr == nil, Progress: progress, BeforeFrom: before})
+				if err != nil {
+					return res, fmt.Errorf("experiment %s%s seed %d: %w", startPrefix(startName), arm.Name, seed, err)
+				}
+				before = c.Run.Out
+				sr, err := seedResult(seed, r, c.Run.Steps)
+				if err != nil {
+					return res, fmt.Errorf("experiment %s%s seed %d: %w", startPrefix(startName), arm.Name, seed, err)
+				}
+				sr.Start = startName
+				armRes[ai].Arm = arm.Name
+				armRes[ai].Seeds = append(armRes[ai].Seeds, sr)
+				all[ai] = append(all[ai], r.Rows)
 			}
-			before = c.Run.Out
-			sr, err := seedResult(seed, r, c.Run.Steps)
-			if err != nil {
-				return res, fmt.Errorf("experiment %s seed %d: %w", arm.Name, seed, err)
-			}
-			armRes[ai].Arm = arm.Name
-			armRes[ai].Seeds = append(armRes[ai].Seeds, sr)
-			all[ai] = append(all[ai], r.Rows)
 		}
 	}
 	for ai := range arms {
@@ -163,6 +235,9 @@ func Experiment(ctx context.Context, cfg Config, progress func(Event)) (Experime
 		res.Arms = append(res.Arms, ar)
 	}
 	res.Table = ExperimentTable(res.Arms, len(cfg.Experiment.Seeds)) + "\n" + PairedTable(res.Arms)
+	if len(cfg.Experiment.Starts) > 0 {
+		res.Table += "\n" + RunsTable(res.Arms) + "\n" + VarianceTable(res.Arms)
+	}
 	arms2 := map[string][]StepMetrics{}
 	for _, a := range res.Arms {
 		arms2[a.Arm] = a.Rows
@@ -346,14 +421,25 @@ func ExperimentTable(arms []ArmResult, seeds int) string {
 			for _, s := range a.Seeds {
 				fixed, broken = fixed+s.Fixed, broken+s.Broken
 			}
-			test = fmt.Sprintf("p < 0.01 in %d of %d seeds (fixed %d, broken %d in all)", a.SignificantSeeds, len(a.Seeds), fixed, broken)
+			unit := "seeds"
+			if len(a.Seeds) > seeds {
+				unit = "runs"
+			}
+			test = fmt.Sprintf("p < 0.01 in %d of %d %s (fixed %d, broken %d in all)", a.SignificantSeeds, len(a.Seeds), unit, fixed, broken)
 		}
 		fmt.Fprintf(&b, "| %s | %.3f | %s | %s | %s | %s | %s (%.2f) | %.1f → %.1f | %.1f |\n",
 			a.Arm, a.AccBefore, pm(a.AccAfter, a.AccAfterCI, 3), pm(a.Gain, a.GainCI, 3), test,
 			pm(a.Sampled, a.SampledCI, 1), pm(a.ZeroStd, a.ZeroStdCI, 2), a.ZeroStdBinary,
 			a.TokensBefore, a.TokensAfter, a.SecondsPerStep)
 	}
-	if seeds > 1 {
+	runs := 0
+	if len(arms) > 0 {
+		runs = len(arms[0].Seeds)
+	}
+	switch {
+	case runs > seeds && seeds > 0:
+		fmt.Fprintf(&b, "\n%d runs (%d starts × %d seeds); ± is the half-width of a 95%% interval over runs (Student's t; runs of one start are not independent: see the split below).\n", runs, runs/seeds, seeds)
+	case seeds > 1:
 		fmt.Fprintf(&b, "\n%d seeds; ± is the half-width of a 95%% interval over seeds (Student's t).\n", seeds)
 	}
 	return b.String()
@@ -369,18 +455,24 @@ func PairedTable(arms []ArmResult) string {
 		return ""
 	}
 	ref := arms[0]
-	bySeed := map[uint64]SeedResult{}
+	bySeed := map[string]SeedResult{}
+	starts := map[string]bool{}
 	for _, s := range ref.Seeds {
-		bySeed[s.Seed] = s
+		bySeed[runKey(s)] = s
+		starts[s.Start] = true
+	}
+	by, unit := "seed", "seeds"
+	if len(starts) > 1 {
+		by, unit = "start and seed", "runs"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| arm − %s (paired by seed) | Δ held-out accuracy | seeds higher / equal / lower | Δ sampled tokens | Δ zero-std fraction |\n", ref.Arm)
+	fmt.Fprintf(&b, "| arm − %s (paired by %s) | Δ held-out accuracy | %s higher / equal / lower | Δ sampled tokens | Δ zero-std fraction |\n", ref.Arm, by, unit)
 	b.WriteString("|---|---|---|---|---|\n")
 	for _, a := range arms[1:] {
 		var dAcc, dTok, dZero []float64
 		hi, eq, lo := 0, 0, 0
 		for _, s := range a.Seeds {
-			r, ok := bySeed[s.Seed]
+			r, ok := bySeed[runKey(s)]
 			if !ok {
 				continue
 			}
@@ -429,4 +521,254 @@ func zeroIfNaN(x float64) float64 {
 		return 0
 	}
 	return x
+}
+
+func startPrefix(name string) string {
+	if name == "" {
+		return ""
+	}
+	return name + " "
+}
+
+// checkStarts checks experiment.starts: distinct folder names, and the
+// pre-training settings when a start is a seed.
+func checkStarts(e ExperimentConfig) error {
+	var errs []error
+	names := map[string]int{}
+	seeds := false
+	for i, s := range e.Starts {
+		if j, dup := names[s.Name()]; dup {
+			errs = append(errs, fmt.Errorf("experiment.starts: entries %d and %d have the same name %q (the start's folder)", j+1, i+1, s.Name()))
+		}
+		names[s.Name()] = i
+		seeds = seeds || s.Path == ""
+	}
+	if seeds {
+		if e.Corpus == "" {
+			errs = append(errs, errors.New("experiment.corpus: a pre-training seed in experiment.starts needs the corpus to pre-train on"))
+		}
+		if e.PretrainSteps < 1 || e.PretrainBatch < 1 {
+			errs = append(errs, fmt.Errorf("experiment.pretrain_steps, pretrain_batch = %d, %d: want at least 1 each", e.PretrainSteps, e.PretrainBatch))
+		}
+		if !(e.PretrainLR > 0) || math.IsInf(e.PretrainLR, 0) {
+			errs = append(errs, fmt.Errorf("experiment.pretrain_lr = %g: want a positive learning rate", e.PretrainLR))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pretrainStamp records what a cached start was pre-trained from; a start
+// is reused only while its stamp matches.
+type pretrainStamp struct {
+	Corpus       string  `json:"corpus"`
+	CorpusSHA256 string  `json:"corpus_sha256"`
+	Steps        int     `json:"steps"`
+	Batch        int     `json:"batch"`
+	LR           float64 `json:"lr"`
+	Seed         uint64  `json:"seed"`
+	Embd         int     `json:"embd"`
+	Layers       int     `json:"layers"`
+	Heads        int     `json:"heads"`
+}
+
+// The architecture of pre-trained starts: confclip pretrain's defaults.
+const startEmbd, startLayers, startHeads = 64, 2, 4
+
+// startModel is the model file of a start: its path, or for a pre-training
+// seed the model pre-trained on experiment.corpus (as confclip pretrain
+// --seed N with the experiment's settings), cached in run.out/starts.
+func startModel(ctx context.Context, cfg Config, s Start, progress func(Event)) (string, error) {
+	if s.Path != "" {
+		return s.Path, nil
+	}
+	e := cfg.Experiment
+	raw, err := os.ReadFile(e.Corpus)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(raw)
+	stamp := pretrainStamp{Corpus: e.Corpus, CorpusSHA256: hex.EncodeToString(sum[:]), Steps: e.PretrainSteps, Batch: e.PretrainBatch,
+		LR: e.PretrainLR, Seed: s.Seed, Embd: startEmbd, Layers: startLayers, Heads: startHeads}
+	dir := filepath.Join(cfg.Run.Out, "starts")
+	out := filepath.Join(dir, s.Name()+".gguf")
+	stampPath := filepath.Join(dir, s.Name()+".json")
+	if b, err := os.ReadFile(stampPath); err == nil {
+		var old pretrainStamp
+		if json.Unmarshal(b, &old) == nil && old == stamp {
+			if _, err := os.Stat(out); err == nil {
+				progress(RunNote{Text: fmt.Sprintf("start %s: pre-trained model %s (cached)", s.Name(), out)})
+				return out, nil
+			}
+		}
+	}
+	corpus, err := ReadCorpus(e.Corpus)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// The stamp goes first and comes back last: an interrupted
+	// pre-training leaves no stamp, so it is done again.
+	if err := os.Remove(stampPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	progress(RunNote{Text: fmt.Sprintf("start %s: pre-training on %s (%d steps of %d texts, lr %g, seed %d) -> %s",
+		s.Name(), e.Corpus, e.PretrainSteps, e.PretrainBatch, e.PretrainLR, s.Seed, out)})
+	if err := Pretrain(ctx, PretrainOptions{Out: out, Spec: PretrainSpec(startEmbd, startLayers, startHeads, s.Seed), Corpus: corpus,
+		Steps: e.PretrainSteps, BatchSeqs: e.PretrainBatch, LR: e.PretrainLR, Seed: s.Seed, Threads: cfg.Model.Threads}); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(stamp, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	return out, WriteFileAtomic(stampPath, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+}
+
+// runKey names a run of an arm for pairing: its start and seed.
+func runKey(s SeedResult) string { return fmt.Sprintf("%s\x00%d", s.Start, s.Seed) }
+
+// RunsTable lists every run (start, seed) with each arm's held-out accuracy
+// after training, its McNemar counts and p, and each arm's difference from
+// the first arm. Empty without runs.
+func RunsTable(arms []ArmResult) string {
+	if len(arms) == 0 || len(arms[0].Seeds) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| start | seed | held-out before |")
+	for _, a := range arms {
+		fmt.Fprintf(&b, " %s: after (fixed / broken, p) |", a.Arm)
+	}
+	for _, a := range arms[1:] {
+		fmt.Fprintf(&b, " Δ %s − %s |", a.Arm, arms[0].Arm)
+	}
+	b.WriteString("\n|---|---|---|" + strings.Repeat("---|", 2*len(arms)-1) + "\n")
+	idx := make([]map[string]SeedResult, len(arms))
+	for i, a := range arms {
+		idx[i] = map[string]SeedResult{}
+		for _, s := range a.Seeds {
+			idx[i][runKey(s)] = s
+		}
+	}
+	for _, ref := range arms[0].Seeds {
+		fmt.Fprintf(&b, "| %s | %d | %.3f |", ref.Start, ref.Seed, ref.AccBefore)
+		for i := range arms {
+			if s, ok := idx[i][runKey(ref)]; ok {
+				fmt.Fprintf(&b, " %.3f (%d / %d, %s) |", s.AccAfter, s.Fixed, s.Broken, pValue(s.McNemarP))
+			} else {
+				b.WriteString(" – |")
+			}
+		}
+		for i := 1; i < len(arms); i++ {
+			if s, ok := idx[i][runKey(ref)]; ok {
+				fmt.Fprintf(&b, " %+.3f |", s.AccAfter-ref.AccAfter)
+			} else {
+				b.WriteString(" – |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// VarComponents splits the spread of values grouped by start into a
+// between-start and a within-start (between-seed) part: a one-way
+// random-effects analysis of variance, σ²_seed = the mean within-start
+// variance (n-1 divisor), σ²_start = max(0, var(start means) − σ²_seed/k)
+// with k the mean number of values per start. NaN where undefined (fewer
+// than two starts, or no start with two values).
+func VarComponents(byStart map[string][]float64) (mean, sdStart, sdSeed float64) {
+	var means, within []float64
+	n, all := 0, 0.0
+	for _, v := range byStart {
+		if len(v) == 0 {
+			continue
+		}
+		m, sd := confclip.MeanStd(v)
+		means = append(means, m)
+		if len(v) > 1 {
+			within = append(within, sd*sd)
+		}
+		n += len(v)
+		for _, x := range v {
+			all += x
+		}
+	}
+	if n == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	mean = all / float64(n)
+	varSeed := math.NaN()
+	if len(within) > 0 {
+		varSeed, _ = confclip.MeanStd(within)
+	}
+	sdSeed = math.Sqrt(varSeed)
+	sdStart = math.NaN()
+	if len(means) > 1 {
+		_, sdm := confclip.MeanStd(means)
+		k := float64(n) / float64(len(means))
+		v := sdm * sdm
+		if !math.IsNaN(varSeed) {
+			v -= varSeed / k
+		}
+		sdStart = math.Sqrt(max(0, v))
+	}
+	return mean, sdStart, sdSeed
+}
+
+// VarianceTable splits each arm's held-out gain, and each arm's accuracy
+// after training minus the first arm's (paired by start and seed), into the
+// spread between starts and between seeds of one start (VarComponents).
+// Empty with fewer than two starts.
+func VarianceTable(arms []ArmResult) string {
+	if len(arms) == 0 {
+		return ""
+	}
+	starts := map[string]bool{}
+	for _, s := range arms[0].Seeds {
+		starts[s.Start] = true
+	}
+	if len(starts) < 2 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| quantity | mean | sd between starts | sd between seeds (within a start) | starts' share of the variance |\n|---|---|---|---|---|\n")
+	row := func(name string, by map[string][]float64) {
+		m, st, se := VarComponents(by)
+		share := st * st / (st*st + se*se)
+		fmt.Fprintf(&b, "| %s | %+.3f | %.3f | %.3f | %s |\n", name, m, st, se, pmShare(share))
+	}
+	for _, a := range arms {
+		by := map[string][]float64{}
+		for _, s := range a.Seeds {
+			by[s.Start] = append(by[s.Start], s.AccAfter-s.AccBefore)
+		}
+		row(a.Arm+" gain", by)
+	}
+	ref := map[string]SeedResult{}
+	for _, s := range arms[0].Seeds {
+		ref[runKey(s)] = s
+	}
+	for _, a := range arms[1:] {
+		by := map[string][]float64{}
+		for _, s := range a.Seeds {
+			if r, ok := ref[runKey(s)]; ok {
+				by[s.Start] = append(by[s.Start], s.AccAfter-r.AccAfter)
+			}
+		}
+		row(a.Arm+" − "+arms[0].Arm+" (accuracy after)", by)
+	}
+	return b.String()
+}
+
+func pmShare(x float64) string {
+	if math.IsNaN(x) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f%%", 100*x)
 }

@@ -209,6 +209,9 @@ func (c Config) Validate() error {
 			bad("experiment.arms", "%v", err)
 		}
 	}
+	if err := checkStarts(c.Experiment); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -98,7 +98,11 @@ func (r *renderer) event(e pipeline.Event) {
 	case pipeline.RunNote:
 		r.line(e.Text)
 	case pipeline.ExperimentRun:
-		r.line(fmt.Sprintf("== %s, seed %d -> %s", e.Arm, e.Seed, e.Dir))
+		start := ""
+		if e.Start != "" {
+			start = "start " + e.Start + ", "
+		}
+		r.line(fmt.Sprintf("== %s%s, seed %d -> %s", start, e.Arm, e.Seed, e.Dir))
 	}
 }
 
