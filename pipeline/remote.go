@@ -86,7 +86,9 @@ func remoteStep(ctx context.Context, cfg Config, rem RemoteRollouts, e *rollout.
 		}
 		return st, err
 	}
-	writeReport(filepath.Join(filepath.Dir(rolls), WorkersFile), rem.Report())
+	if werr := writeReport(filepath.Join(filepath.Dir(rolls), WorkersFile), rem.Report()); werr != nil {
+		err = fmt.Errorf("%w (and writing %s: %v)", err, WorkersFile, werr)
+	}
 	return rollout.Stats{}, err
 }
 

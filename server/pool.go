@@ -141,14 +141,21 @@ func (c *Client) health(ctx context.Context) (healthOf, error) {
 	if json.Unmarshal(b, &st) != nil {
 		return h, nil // another server's health page: no queue, no uploads
 	}
+	// A field that is missing counts as 0 (another server's health page);
+	// one that is there must be of its type.
 	var q, r int
-	json.Unmarshal(st["queued"], &q)
-	json.Unmarshal(st["running"], &r)
-	h.queue = q + r
-	if raw, ok := st["adapter_sha256"]; ok {
-		h.uploads = true
-		json.Unmarshal(raw, &h.sha)
+	for _, f := range []struct {
+		key string
+		v   any
+	}{{"queued", &q}, {"running", &r}, {"adapter_sha256", &h.sha}} {
+		if raw, ok := st[f.key]; ok {
+			if err := json.Unmarshal(raw, f.v); err != nil {
+				return h, fmt.Errorf("%s: health field %q: %w", url, f.key, err)
+			}
+		}
 	}
+	h.queue = q + r
+	_, h.uploads = st["adapter_sha256"]
 	return h, nil
 }
 
@@ -178,9 +185,12 @@ func (c *Client) uploadAdapter(ctx context.Context, path, name, sum string) erro
 		return err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("PUT %s/adapters/%s: status %d: %s", c.base(), name, resp.StatusCode, short(b))
+	}
+	if err != nil {
+		return fmt.Errorf("PUT %s/adapters/%s: reading the answer: %w", c.base(), name, err)
 	}
 	return nil
 }

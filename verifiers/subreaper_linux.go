@@ -6,5 +6,10 @@ import "syscall"
 const prSetChildSubreaper = 36
 
 // becomeSubreaper makes the orphans of this process's descendants its
-// children (best effort).
-func becomeSubreaper() { syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0) }
+// children.
+func becomeSubreaper() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}

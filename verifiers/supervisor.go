@@ -1,6 +1,7 @@
 package verifiers
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,8 +36,15 @@ func init() {
 // supervise runs argv (the limit wrapper and the checker) and returns its
 // exit status, after killing every process left under the supervisor.
 func supervise(argv []string) int {
-	os.Unsetenv(supervisorEnv)
-	becomeSubreaper()
+	if err := os.Unsetenv(supervisorEnv); err != nil {
+		fmt.Fprintln(os.Stderr, "confclip checker supervisor:", err)
+		return 126
+	}
+	if err := becomeSubreaper(); err != nil {
+		// Without it, a checker's escaped grandchild is not reparented
+		// here: killTree's process-group kill is what remains.
+		fmt.Fprintln(os.Stderr, "confclip checker supervisor: not a subreaper:", err)
+	}
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -67,7 +75,12 @@ func supervise(argv []string) int {
 	reapOrphans()
 	if !exited {
 		select {
-		case <-done:
+		case err := <-done:
+			// Killed above: an exit status is expected, anything else is not.
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				fmt.Fprintln(os.Stderr, "confclip checker supervisor: waiting for the checker:", err)
+			}
 		case <-time.After(time.Second):
 		}
 	}
@@ -116,7 +129,7 @@ func childrenOf(pid int) []int {
 		s := string(b)
 		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 		if len(f) > 1 {
-			if pp, _ := strconv.Atoi(f[1]); pp == pid {
+			if pp, err := strconv.Atoi(f[1]); err == nil && pp == pid {
 				kids = append(kids, p)
 			}
 		}
@@ -160,7 +173,10 @@ func tempPattern() string { return fmt.Sprintf("confclip-verify-%d-*", os.Getpid
 // cleanStaleTemps removes the checker folders of confclip processes that
 // are gone (killed before they could remove them).
 func cleanStaleTemps() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "confclip-verify-*"))
+	dirs, err := filepath.Glob(filepath.Join(os.TempDir(), "confclip-verify-*"))
+	if err != nil { // only a malformed pattern, and this one is not
+		return
+	}
 	for _, d := range dirs {
 		rest := strings.TrimPrefix(filepath.Base(d), "confclip-verify-")
 		pidText, _, ok := strings.Cut(rest, "-")

@@ -58,7 +58,9 @@ const crashFD = 3
 func runMain(args []string, stderr io.Writer) int {
 	if os.Getenv(childEnv) != "" {
 		if f := os.NewFile(crashFD, "crash"); f != nil {
-			debug.SetCrashOutput(f, debug.CrashOptions{})
+			if err := debug.SetCrashOutput(f, debug.CrashOptions{}); err != nil {
+				fmt.Fprintln(stderr, "confclip: a crash would not be reported as one:", err)
+			}
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,8 +134,11 @@ func supervise(cmd *exec.Cmd, stderr io.Writer) int {
 	w.Close()
 	crash := make(chan string, 1)
 	go func() {
-		b, _ := io.ReadAll(r)
+		b, err := io.ReadAll(r)
 		r.Close()
+		if err != nil { // a report cut short is still a report
+			b = fmt.Appendf(b, "\n(reading the crash report: %v)", err)
+		}
 		crash <- string(b)
 	}()
 	done := make(chan struct{})
