@@ -189,7 +189,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if greedy == nil {
 			return nil, nil
 		}
-		r, err := evaluateEngines(ctx, cfg, greedy, cfg.Data.Eval, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"))
+		r, err := evaluateEngines(ctx, cfg, greedy, cfg.Data.Eval, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"), o.Progress, step, cfg.Run.Steps)
 		if err != nil {
 			return nil, fmt.Errorf("step %d: evaluation: %w", step, err)
 		}
