@@ -254,7 +254,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
 			return res, err
 		}
-		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots")); err != nil {
+		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots"), RewardName(cfg.Reward)); err != nil {
 			return res, err
 		}
 		done++
@@ -273,7 +273,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		}
 	}
 	res.Rows = mlog.Rows()
-	res.Plots, err = Plot(res.Rows, filepath.Join(dir, "plots"))
+	res.Plots, err = Plot(res.Rows, filepath.Join(dir, "plots"), RewardName(cfg.Reward))
 	if err != nil {
 		return res, err
 	}
