@@ -198,7 +198,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if start == 0 && greedy != nil {
 		ev, err := reuseBefore(o.BeforeFrom, dir, cfg)
 		if ev == nil && err == nil {
-			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %d prompts (%s), before training", len(evalPrompts), cfg.Data.Eval)})
+			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %s (%s), before training", plural(len(evalPrompts), "prompt"), cfg.Data.Eval)})
 			ev, err = evaluate(0)
 		}
 		if err != nil {
