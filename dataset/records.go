@@ -110,9 +110,21 @@ type Rollout struct {
 	// TokenOffsets[i] is the byte offset in Text where token i's piece starts;
 	// it maps a verifier's answer span onto tokens (confidence scope "answer").
 	TokenOffsets []int `json:"token_offsets,omitempty"`
+	// TopLogprobs[i] are the most likely tokens at completion token i, best
+	// first, with their model log-probs (as Logprobs); only when the engine
+	// was asked for them (rollout.Options.TopLogprobs, serve's
+	// top_logprobs).
+	TopLogprobs [][]TopLogprob `json:"top_logprobs,omitempty"`
 	// Worker is the remote worker (its endpoint) that sampled the record,
 	// in `run` with [rollout] endpoints; "" for the local engine.
 	Worker string `json:"worker,omitempty"`
+}
+
+// TopLogprob is one of the most likely tokens at a position.
+type TopLogprob struct {
+	Token   int32   `json:"token"`
+	Piece   string  `json:"piece"` // its text (raw bytes; an end-of-generation token's special text)
+	Logprob float64 `json:"logprob"`
 }
 
 // VerifierResult is what a verifier said about one completion.

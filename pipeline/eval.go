@@ -56,6 +56,8 @@ type EvalOptions struct {
 	// Shard, when set, evaluates only the prompts of one shard (shard.go);
 	// MergeEval joins the shards' results.
 	Shard Shard
+	// Progress, when set, receives EvalProgress events.
+	Progress func(Event)
 }
 
 // EvalCase is one prompt's outcome (one JUnit test case).
@@ -159,7 +161,7 @@ func Evaluate(ctx context.Context, m *Model, o EvalOptions) (EvalResult, error) 
 		}
 		defer m.release(sampled)
 	}
-	res, err := evaluate(ctx, o.Config, greedy, sampled, promptFile{o.Data, prompts, lines}, dir)
+	res, err := evaluate(ctx, o.Config, greedy, sampled, promptFile{o.Data, prompts, lines}, dir, evalProgress(o.Progress, 0, 0))
 	res.Shard = o.Shard.String()
 	return res, err
 }
@@ -172,16 +174,29 @@ type promptFile struct {
 }
 
 // evaluateEngines is Evaluate with engines the caller made (the run loop
-// keeps its own, with the adapter it trains).
-func evaluateEngines(ctx context.Context, cfg Config, greedy *rollout.Engine, path string, prompts []dataset.Prompt, dir string) (EvalResult, error) {
+// keeps its own, with the adapter it trains); progress gets the run's step's
+// EvalProgress events.
+func evaluateEngines(ctx context.Context, cfg Config, greedy *rollout.Engine, path string, prompts []dataset.Prompt, dir string, progress func(Event), step, steps int) (EvalResult, error) {
 	lines := make([]int, len(prompts))
 	for i := range lines {
 		lines[i] = i + 1
 	}
-	return evaluate(ctx, cfg, greedy, nil, promptFile{path, prompts, lines}, dir)
+	return evaluate(ctx, cfg, greedy, nil, promptFile{path, prompts, lines}, dir, evalProgress(progress, step, steps))
 }
 
-func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, pf promptFile, dir string) (EvalResult, error) {
+// evalProgress makes the per-phase group callback that sends EvalProgress
+// events of a run's step (steps 0: not in a run) to f; nil when f is.
+func evalProgress(f func(Event), step, steps int) func(phase string, groups, total int, elapsed time.Duration) {
+	if f == nil {
+		return nil
+	}
+	return func(phase string, groups, total int, elapsed time.Duration) {
+		f(EvalProgress{Step: step, Steps: steps, Phase: phase, Groups: groups, Total: total, Elapsed: elapsed})
+	}
+}
+
+func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, pf promptFile, dir string,
+	progress func(phase string, groups, total int, elapsed time.Duration)) (EvalResult, error) {
 	start := time.Now()
 	res := EvalResult{Data: pf.path, Prompts: len(pf.prompts), Cases: make([]EvalCase, len(pf.prompts))}
 	byID := map[string]int{}
@@ -194,7 +209,7 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return res, err
 	}
-	recs, failed, err := generateAndScore(ctx, cfg, greedy, pf, filepath.Join(dir, "greedy"))
+	recs, failed, err := generateAndScore(ctx, cfg, greedy, pf, filepath.Join(dir, "greedy"), phaseProgress(progress, "greedy"))
 	if err != nil {
 		return res, err
 	}
@@ -233,7 +248,7 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 		}
 	}
 	if sampled != nil {
-		srecs, _, err := generateAndScore(ctx, cfg, sampled, pf, filepath.Join(dir, "sampled"))
+		srecs, _, err := generateAndScore(ctx, cfg, sampled, pf, filepath.Join(dir, "sampled"), phaseProgress(progress, "sampled"))
 		if err != nil {
 			return res, err
 		}
@@ -258,14 +273,23 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 
 func ptr(x float64) *float64 { return &x }
 
+// phaseProgress binds a phase name to an evaluation's progress callback.
+func phaseProgress(f func(phase string, groups, total int, elapsed time.Duration), phase string) func(groups, total int, elapsed time.Duration) {
+	if f == nil {
+		return nil
+	}
+	return func(groups, total int, elapsed time.Duration) { f(phase, groups, total, elapsed) }
+}
+
 // generateAndScore writes prefix.rollouts.jsonl and prefix.scored.jsonl and
 // returns the scored records (binary reward: an evaluation has no use for
 // advantages) and, by index into the prompts, why those that could not be
 // generated failed. Errors name the prompt file's lines, not the files under
 // prefix.
-func generateAndScore(ctx context.Context, cfg Config, e *rollout.Engine, pf promptFile, prefix string) ([]dataset.Scored, map[int]string, error) {
+func generateAndScore(ctx context.Context, cfg Config, e *rollout.Engine, pf promptFile, prefix string,
+	progress func(groups, total int, elapsed time.Duration)) ([]dataset.Scored, map[int]string, error) {
 	rolls := prefix + ".rollouts.jsonl"
-	st, ids, err := writeRollouts(ctx, e, pf.prompts, rolls)
+	st, ids, err := writeRollouts(ctx, e, pf.prompts, rolls, progress)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", pf.path, err)
 	}
@@ -315,12 +339,15 @@ func firstErrors(errs []rollout.RecordError) []string {
 
 // writeRollouts generates with the engine into a JSONL file (atomically)
 // and returns, line by line, the prompt id of each record written.
-func writeRollouts(ctx context.Context, e *rollout.Engine, prompts []dataset.Prompt, path string) (rollout.Stats, []string, error) {
+// progress, when set, is told the groups written (of the prompts) after each
+// group.
+func writeRollouts(ctx context.Context, e *rollout.Engine, prompts []dataset.Prompt, path string, progress func(groups, total int, elapsed time.Duration)) (rollout.Stats, []string, error) {
 	w, err := dataset.Create(path)
 	if err != nil {
 		return rollout.Stats{}, nil, err
 	}
 	var ids []string
+	start, groups := time.Now(), 0
 	st, err := e.Generate(ctx, prompts, func(group []dataset.Rollout) error {
 		for i := range group {
 			if err := w.Write(&group[i]); err != nil {
@@ -328,11 +355,17 @@ func writeRollouts(ctx context.Context, e *rollout.Engine, prompts []dataset.Pro
 			}
 			ids = append(ids, group[i].PromptID)
 		}
+		if groups++; progress != nil {
+			progress(groups, len(prompts), time.Since(start))
+		}
 		return nil
 	})
 	if err != nil {
 		w.Abort()
 		return st, ids, err
+	}
+	if progress != nil && groups < len(prompts) { // the rest were refused
+		progress(len(prompts), len(prompts), time.Since(start))
 	}
 	return st, ids, w.Commit()
 }

@@ -48,6 +48,23 @@ type TrainProgress struct {
 	Elapsed     time.Duration
 }
 
+// EvalProgress is sent after each group of a held-out evaluation writes:
+// the greedy completions (Phase "greedy", one per prompt), then, with
+// samples asked for, the sampled groups (Phase "sampled").
+type EvalProgress struct {
+	Step    int // the run's step (0 before training)
+	Steps   int // the run's steps; 0 outside a run (eval)
+	Phase   string
+	Groups  int // prompts done in this phase (generated, or refused as bad)
+	Total   int // prompts to do
+	Elapsed time.Duration
+}
+
+// ETA is the phase's time left at the rate so far (0 before the first group).
+func (p EvalProgress) ETA() time.Duration {
+	return RolloutProgress{Groups: p.Groups, Total: p.Total, Elapsed: p.Elapsed}.ETA()
+}
+
 // RunStage says which stage a step of the run loop has entered ("rollout",
 // "scoring", "training", "held-out evaluation").
 type RunStage struct {
@@ -79,6 +96,7 @@ func (ExperimentRun) isEvent()        {}
 func (RolloutProgress) isEvent()      {}
 func (TeacherForceProgress) isEvent() {}
 func (TrainProgress) isEvent()        {}
+func (EvalProgress) isEvent()         {}
 func (RunStage) isEvent()             {}
 func (RunStepDone) isEvent()          {}
 func (RunNote) isEvent()              {}

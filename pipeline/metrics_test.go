@@ -221,7 +221,7 @@ func checkPNGs(t *testing.T, paths []string, want int) {
 func TestPlot(t *testing.T) {
 	for _, n := range []int{0, 1, 20} {
 		dir := t.TempDir()
-		paths, err := Plot(testMetrics(n), dir)
+		paths, err := Plot(testMetrics(n), dir, "binary")
 		if err != nil {
 			t.Fatalf("%d steps: %v", n, err)
 		}
@@ -283,8 +283,30 @@ func TestPlotLayout(t *testing.T) {
 		r.Step, r.Accuracy, r.MeanReward = s, float64(s)/4, float64(s) // the last point is the largest
 		rows = append(rows, r)
 	}
+	// reward.png's title names the reward; every title fits the image.
+	cfg := DefaultConfig()
+	for _, r := range []RewardConfig{cfg.Reward, {Method: "binary"}, {Method: "confclip", Weight: "absolute", FormatWeight: 0.1, Overlong: true}} {
+		name := RewardName(r)
+		title := runCharts[1].withReward(name).title
+		if !strings.HasPrefix(name, r.Method) || !strings.HasSuffix(title, ": "+name) {
+			t.Errorf("reward %+v: name %q, title %q", r, name, title)
+		}
+		p := runCharts[1].withReward(name).newPlot()
+		if w := p.Title.TextStyle.Width(p.Title.Text); w > plotWidth {
+			t.Errorf("title %q is %v wide, the image %v", p.Title.Text, w, plotWidth)
+		}
+	}
+	if got := RewardName(RewardConfig{Method: "confclip", Weight: "relative", FormatWeight: 0.1}); got != "confclip relative + format 0.1" {
+		t.Errorf("RewardName: %q", got)
+	}
+	for _, c := range append(append([]chart{}, runCharts...), compareCharts...) {
+		p := c.withReward("confclip relative + format 0.1 + overlong").newPlot()
+		if w := p.Title.TextStyle.Width(p.Title.Text); w > plotWidth {
+			t.Errorf("%s: title %q is %v wide, the image %v", c.file, p.Title.Text, w, plotWidth)
+		}
+	}
 	for _, c := range runCharts[:2] {
-		p := c.newPlot()
+		p := c.withReward("binary").newPlot()
 		for i, m := range c.series {
 			if err := addSeries(p, m.label, i, points(rows, m)); err != nil {
 				t.Fatal(err)

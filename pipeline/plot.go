@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -50,7 +52,7 @@ type chart struct {
 // runCharts are the plots Plot draws for one run.
 var runCharts = []chart{
 	{"accuracy.png", "Accuracy: sampled training completions, greedy held-out prompts", "fraction right", 0, 1, []metric{metricAccuracy, metricEval}},
-	{"reward.png", "Mean reward of the sampled training completions (the run's reward)", "reward", 0, 0, []metric{metricReward}},
+	{"reward.png", "Mean reward of sampled training completions: %s", "reward", 0, 0, []metric{metricReward}},
 	{"zero_std.png", "Training groups whose rewards are all equal (no gradient)", "fraction of groups", 0, 1, []metric{metricZeroStd, metricZeroStdBin}},
 	{"tokens.png", "Length of the sampled training completions", "tokens", 0, 0, []metric{metricTokens, metricTokensRight, metricTokensWrong}},
 	{"loss.png", "Training loss (the policy-gradient objective)", "loss", 0, 0, []metric{metricLoss}},
@@ -74,12 +76,13 @@ const (
 // Plot draws a run's metrics against the step as PNG files in dir:
 // accuracy.png (train and held-out), reward.png, zero_std.png (chosen and
 // binary reward), tokens.png (all, right and wrong completions) and
-// loss.png. Missing values (NaN, steps without an evaluation) are left
-// out. It returns the files' paths.
-func Plot(rows []StepMetrics, dir string) ([]string, error) {
+// loss.png. reward.png's title names the reward (RewardName; "" says "the
+// run's reward"). Missing values (NaN, steps without an evaluation) are
+// left out. It returns the files' paths.
+func Plot(rows []StepMetrics, dir, reward string) ([]string, error) {
 	var paths []string
 	for _, c := range runCharts {
-		p := c.newPlot()
+		p := c.withReward(reward).newPlot()
 		for i, m := range c.series {
 			if err := addSeries(p, m.label, i, points(rows, m)); err != nil {
 				return paths, err
@@ -119,6 +122,34 @@ func PlotCompare(arms map[string][]StepMetrics, dir string) ([]string, error) {
 		paths = append(paths, path)
 	}
 	return paths, nil
+}
+
+// withReward fills the reward's name into a title that has a place for it.
+func (c chart) withReward(reward string) chart {
+	if strings.Contains(c.title, "%s") {
+		if reward == "" {
+			reward = "the run's reward"
+		}
+		c.title = fmt.Sprintf(c.title, reward)
+	}
+	return c
+}
+
+// RewardName is how the plots name a reward configuration: the method,
+// confclip's weighting, and the format and overlong terms when on, as in
+// "confclip relative + format 0.1".
+func RewardName(r RewardConfig) string {
+	name := r.Method
+	if r.Method == "confclip" && r.Weight != "" {
+		name += " " + r.Weight
+	}
+	if r.FormatWeight > 0 {
+		name += fmt.Sprintf(" + format %g", r.FormatWeight)
+	}
+	if r.Overlong {
+		name += " + overlong"
+	}
+	return name
 }
 
 func (c chart) newPlot() *plot.Plot {

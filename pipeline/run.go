@@ -189,7 +189,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if greedy == nil {
 			return nil, nil
 		}
-		r, err := evaluateEngines(ctx, cfg, greedy, cfg.Data.Eval, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"))
+		r, err := evaluateEngines(ctx, cfg, greedy, cfg.Data.Eval, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"), o.Progress, step, cfg.Run.Steps)
 		if err != nil {
 			return nil, fmt.Errorf("step %d: evaluation: %w", step, err)
 		}
@@ -198,7 +198,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if start == 0 && greedy != nil {
 		ev, err := reuseBefore(o.BeforeFrom, dir, cfg)
 		if ev == nil && err == nil {
-			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %d prompts (%s), before training", len(evalPrompts), cfg.Data.Eval)})
+			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %s (%s), before training", plural(len(evalPrompts), "prompt"), cfg.Data.Eval)})
 			ev, err = evaluate(0)
 		}
 		if err != nil {
@@ -254,7 +254,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
 			return res, err
 		}
-		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots")); err != nil {
+		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots"), RewardName(cfg.Reward)); err != nil {
 			return res, err
 		}
 		done++
@@ -273,7 +273,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		}
 	}
 	res.Rows = mlog.Rows()
-	res.Plots, err = Plot(res.Rows, filepath.Join(dir, "plots"))
+	res.Plots, err = Plot(res.Rows, filepath.Join(dir, "plots"), RewardName(cfg.Reward))
 	if err != nil {
 		return res, err
 	}

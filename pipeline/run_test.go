@@ -140,3 +140,44 @@ func TestRunResumesExactly(t *testing.T) {
 		t.Fatal("resuming with another configuration must be an error")
 	}
 }
+
+// TestRunEvalProgress: the held-out evaluations of a run (step 0, every
+// eval_every steps, the last) send EvalProgress events, one per prompt, up
+// to the prompts of the eval file, each after the stage that announces it.
+func TestRunEvalProgress(t *testing.T) {
+	cfg := runFixture(t)
+	cfg.Run.Steps = 2
+	cfg.Run.EvalEvery = 2
+	type key struct{ step, groups int }
+	var got []EvalProgress
+	stage := ""
+	_, err := Run(context.Background(), RunOptions{Config: cfg, Progress: func(e Event) {
+		switch e := e.(type) {
+		case RunStage:
+			stage = e.Stage
+		case EvalProgress:
+			if e.Step > 0 && stage != "held-out evaluation" {
+				t.Errorf("an EvalProgress event in stage %q: %+v", stage, e)
+			}
+			got = append(got, e)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Steps 0 and 2, three prompts each, greedy.
+	var want []key
+	for _, step := range []int{0, 2} {
+		for g := 1; g <= 3; g++ {
+			want = append(want, key{step, g})
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d EvalProgress events, want %d: %+v", len(got), len(want), got)
+	}
+	for i, e := range got {
+		if (key{e.Step, e.Groups}) != want[i] || e.Total != 3 || e.Steps != 2 || e.Phase != "greedy" {
+			t.Fatalf("event %d: %+v, want step %d, %d/3 greedy of 2 steps", i, e, want[i].step, want[i].groups)
+		}
+	}
+}

@@ -775,18 +775,26 @@ func (s Skipped) SortedReasons() []string {
 	return keys
 }
 
+// plural says n things in English: "1 group", "2 groups", "0 groups".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
 // WriteTable prints the summary for a reader: outcomes, the chosen reward
 // beside the binary baseline (zero-std groups above all), calibration and
 // what was skipped.
 func (s Summary) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "scored %d records in %d groups from %s", s.Records, s.Groups, s.In)
+	fmt.Fprintf(tw, "scored %s in %s from %s", plural(s.Records, "record"), plural(s.Groups, "group"), s.In)
 	if s.Out != "" {
 		fmt.Fprintf(tw, " -> %s", s.Out)
 	}
 	fmt.Fprintf(tw, " (%.2fs)\n", s.Seconds)
-	fmt.Fprintf(tw, "verifier %s, confidence %s over %s (%d fallbacks), advantage %s\n",
-		s.Verifier, s.ConfidenceEstimator, s.ConfidenceScope, s.ScopeFallbacks, s.Advantage)
+	fmt.Fprintf(tw, "verifier %s, confidence %s over %s (%s), advantage %s\n",
+		s.Verifier, s.ConfidenceEstimator, s.ConfidenceScope, plural(s.ScopeFallbacks, "fallback"), s.Advantage)
 	o := s.Outcomes
 	tokens := fmt.Sprintf("mean tokens right %.1f / wrong %.1f", o.MeanTokensRight, o.MeanTokensWrong)
 	if o.MeanTokensRight == 0 && o.MeanTokensWrong == 0 {
@@ -812,7 +820,7 @@ func (s Summary) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "advantages masked for truncation: %d\n", s.MaskedTruncated)
 	}
 	if k := s.Skipped; k.Records > 0 {
-		fmt.Fprintf(tw, "\nskipped %d records (%d groups of the wrong size):\n", k.Records, k.Groups)
+		fmt.Fprintf(tw, "\nskipped %s (%s of the wrong size):\n", plural(k.Records, "record"), plural(k.Groups, "group"))
 		for _, r := range k.SortedReasons() {
 			fmt.Fprintf(tw, "  %s\t%d\n", r, k.Reasons[r])
 		}

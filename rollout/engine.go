@@ -68,6 +68,11 @@ type Options struct {
 	// NoTiming leaves the timing out of the records, whose bytes then depend
 	// only on the options, the prompts and the model.
 	NoTiming bool
+	// TopLogprobs, when > 0, records the most likely tokens (at most
+	// sampler.MaxTop) at each sampled position in Rollout.TopLogprobs, from
+	// the row the token was drawn from. 0 (default) records none and costs
+	// nothing.
+	TopLogprobs int
 }
 
 func (o *Options) defaults() error {
@@ -99,6 +104,8 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("rollout: negative context size")
 	case o.NCtx > 0 && o.NCtx < o.Parallel:
 		return fmt.Errorf("rollout: context of %d tokens for %d parallel sequences", o.NCtx, o.Parallel)
+	case o.TopLogprobs < 0 || o.TopLogprobs > sampler.MaxTop:
+		return fmt.Errorf("rollout: top log-probs %d: want 0..%d", o.TopLogprobs, sampler.MaxTop)
 	}
 	for _, s := range o.Stop {
 		if s == "" {
@@ -126,7 +133,7 @@ type Engine struct {
 	// smpBy holds the samplers of Serve requests' own sampling settings.
 	smpBy map[sampler.Params][]*sampler.Sampler
 	// progress, set by Serve, sees each sequence after each token it keeps.
-	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64)
+	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64, top [][]dataset.TopLogprob)
 }
 
 // NewEngine makes an engine for m. With Options.NCtx set the context is
@@ -275,6 +282,7 @@ type group struct {
 	seed      uint64
 	stops     [][]byte
 	smps      []*sampler.Sampler // one per sampling goroutine
+	top       int                // alternatives recorded per token (0 = none)
 }
 
 // sequence is one completion being generated in a slot (a KV sequence id).
@@ -287,6 +295,7 @@ type sequence struct {
 	toks     []int32
 	lp, slp  []float64
 	ent      []float64
+	top      [][]dataset.TopLogprob // with group.top > 0
 	text     *textBuilder
 	promptMS float64
 	first    time.Time // when its first token was sampled
@@ -338,7 +347,7 @@ func (e *Engine) prepare(prompts []dataset.Prompt, st *Stats) []*group {
 			continue
 		}
 		gs = append(gs, &group{index: i, p: p, rendered: text, toks: toks, recs: make([]dataset.Rollout, e.o.Group),
-			n: e.o.Group, maxTokens: e.o.MaxTokens, seed: e.o.Seed, stops: e.stops, smps: e.smps})
+			n: e.o.Group, maxTokens: e.o.MaxTokens, seed: e.o.Seed, stops: e.stops, smps: e.smps, top: e.o.TopLogprobs})
 	}
 	return gs
 }
@@ -594,6 +603,7 @@ type draw struct {
 	i, slot int
 	logits  []float32
 	ch      sampler.Choice
+	top     []sampler.Alt // with the group's top > 0
 }
 
 // sampleAll samples every draw of a step. The rows are independent (each
@@ -612,7 +622,13 @@ func (e *Engine) sampleAll(c *llama.Context, slots []*sequence, draws []draw) er
 	one := func(w int, d *draw) error {
 		q := slots[d.slot]
 		smp := q.g.smps[w]
-		ch, err := smp.Sample(d.logits, q.rng)
+		var ch sampler.Choice
+		var err error
+		if k := q.g.top; k > 0 {
+			ch, d.top, err = smp.SampleTop(d.logits, q.rng, k, make([]sampler.Alt, 0, k))
+		} else {
+			ch, err = smp.Sample(d.logits, q.rng)
+		}
 		if err != nil {
 			return fmt.Errorf("prompt %q sample %d, token %d: %w", q.g.p.ID, q.sample, len(q.toks)+1, err)
 		}
@@ -658,6 +674,13 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	q.lp = append(q.lp, ch.LogProb)
 	q.slp = append(q.slp, ch.SamplingLogProb)
 	q.ent = append(q.ent, ch.Entropy)
+	if q.g.top > 0 {
+		alts, err := e.topOf(d.top)
+		if err != nil {
+			return err
+		}
+		q.top = append(q.top, alts)
+	}
 	piece, err := e.pieces.of(ch.Token)
 	if err != nil {
 		return err
@@ -669,6 +692,9 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	case stopAt >= 0:
 		keep := q.text.cutAt(stopAt)
 		q.toks, q.lp, q.slp, q.ent = q.toks[:keep], q.lp[:keep], q.slp[:keep], q.ent[:keep]
+		if q.top != nil {
+			q.top = q.top[:keep]
+		}
 		finish = dataset.FinishStop
 	case len(q.toks) >= q.g.maxTokens:
 		finish = dataset.FinishLength
@@ -676,7 +702,7 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	if finish == "" {
 		q.next = ch.Token
 		if e.progress != nil {
-			e.progress(q.g.p, q.sample, q.text.raw, q.text.offsets, q.lp)
+			e.progress(q.g.p, q.sample, q.text.raw, q.text.offsets, q.lp, q.top)
 		}
 		return nil
 	}
@@ -692,6 +718,7 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 		Messages: g.p.Messages, Meta: g.p.Meta,
 		Sample: q.sample, Seed: g.seed, PromptTokens: g.toks, Tokens: q.toks, Text: text,
 		Logprobs: q.lp, SamplingLogprobs: q.slp, Entropies: q.ent, Finish: finish, TokenOffsets: offsets,
+		TopLogprobs: q.top,
 	}
 	if !e.o.NoTiming {
 		rec.Timing = &dataset.Timing{PromptMS: q.promptMS, GenerateMS: float64(now.Sub(q.first).Microseconds()) / 1000}
@@ -704,4 +731,24 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	st.Groups++
 	st.Records += len(g.recs)
 	return emit(g.recs)
+}
+
+// topOf is a token's alternatives with their text: the piece, or for an
+// end-of-generation token (which has none in the completion) its special
+// text.
+func (e *Engine) topOf(alts []sampler.Alt) ([]dataset.TopLogprob, error) {
+	out := make([]dataset.TopLogprob, len(alts))
+	for i, a := range alts {
+		b, err := e.pieces.of(a.Token)
+		if err != nil {
+			return nil, err
+		}
+		if e.pieces.isEOG(a.Token) {
+			if b, err = e.m.TokenPiece(a.Token, true); err != nil {
+				return nil, err
+			}
+		}
+		out[i] = dataset.TopLogprob{Token: a.Token, Piece: string(b), Logprob: a.LogProb}
+	}
+	return out, nil
 }

@@ -652,3 +652,64 @@ func TestHugePromptRefusedBeforeTokenizing(t *testing.T) {
 		t.Fatalf("refusing a %d-byte prompt allocated %d bytes", len(huge), grown)
 	}
 }
+
+// TestTopLogprobs: with Options.TopLogprobs each token comes with the k most
+// likely tokens of its row, best first, the sampled token's log-prob among
+// them or below the last; the samples are those of an engine without the
+// option, which records none.
+func TestTopLogprobs(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	o := rollout.Options{Group: 3, MaxTokens: 24, Parallel: 6, Seed: 5, NoTiming: true,
+		Sampling: sampler.Params{Temperature: 1.2, TopP: 0.95}}
+	plain, _ := generate(t, newEngine(t, m, o), tinyPrompts)
+	o.TopLogprobs = 5
+	withTop, _ := generate(t, newEngine(t, m, o), tinyPrompts)
+	if len(plain) != len(withTop) {
+		t.Fatalf("%d records with top log-probs, %d without", len(withTop), len(plain))
+	}
+	among := 0
+	for i, r := range withTop {
+		if plain[i].TopLogprobs != nil {
+			t.Fatal("an engine without the option recorded top log-probs")
+		}
+		if !equalInts(r.Tokens, plain[i].Tokens) {
+			t.Fatalf("record %d: tokens %v with top log-probs, %v without", i, r.Tokens, plain[i].Tokens)
+		}
+		if len(r.TopLogprobs) != len(r.Tokens) {
+			t.Fatalf("record %d: %d top lists for %d tokens", i, len(r.TopLogprobs), len(r.Tokens))
+		}
+		for j, top := range r.TopLogprobs {
+			if len(top) != 5 {
+				t.Fatalf("record %d token %d: %d alternatives, want 5", i, j, len(top))
+			}
+			found := false
+			for k, a := range top {
+				if k > 0 && a.Logprob > top[k-1].Logprob {
+					t.Fatalf("record %d token %d: alternatives not sorted: %+v", i, j, top)
+				}
+				if a.Token == r.Tokens[j] {
+					found = true
+					if a.Logprob != r.Logprobs[j] {
+						t.Fatalf("record %d token %d: alternative log-prob %v, token's %v", i, j, a.Logprob, r.Logprobs[j])
+					}
+				}
+				want, err := m.TokenPiece(a.Token, m.IsEOG(a.Token))
+				if err != nil || a.Piece != string(want) {
+					t.Fatalf("token %d: piece %q, want %q (%v)", a.Token, a.Piece, want, err)
+				}
+			}
+			if found {
+				among++
+			} else if r.Logprobs[j] > top[4].Logprob {
+				t.Fatalf("record %d token %d: sampled log-prob %v above the 5th alternative's %v, yet not listed", i, j, r.Logprobs[j], top[4].Logprob)
+			}
+		}
+	}
+	if among == 0 {
+		t.Fatal("no sampled token among its row's top 5")
+	}
+	o.TopLogprobs = 21
+	if _, err := rollout.NewEngine(m, o); err == nil {
+		t.Fatal("TopLogprobs 21 accepted")
+	}
+}

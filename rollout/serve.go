@@ -11,7 +11,7 @@ import (
 )
 
 // Request is a prompt for Serve, with its own settings when Options is set:
-// its Group, MaxTokens, Sampling, Seed and Stop replace the engine's for
+// its Group, MaxTokens, Sampling, Seed, Stop and TopLogprobs replace the engine's for
 // this prompt (the other options shape the context and stay the engine's).
 // A prompt's samples depend on its settings, its id and the model only, not
 // on the requests beside it (up to the rounding the package comment
@@ -32,7 +32,8 @@ type Request struct {
 //
 // progress, when set, is called after each token a sequence keeps (not its
 // last) with the completion's bytes so far, each token's offset in them and
-// the log-probs; the slices are the engine's, valid during the call only.
+// the log-probs (and the alternatives, with Options.TopLogprobs); the
+// slices are the engine's, valid during the call only.
 // A stop string may still cut the last bytes (as many as the longest stop
 // string less one); the text is not yet made valid UTF-8 (finish does).
 //
@@ -40,7 +41,7 @@ type Request struct {
 // NCtx/Parallel tokens, prompt and completion.
 func (e *Engine) Serve(ctx context.Context, next func(wait bool) []Request, emit func([]dataset.Rollout) error,
 	reject func(p *dataset.Prompt, reason string),
-	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64)) (Stats, error) {
+	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64, top [][]dataset.TopLogprob)) (Stats, error) {
 	e.progress = progress
 	defer func() { e.progress = nil }()
 	start := time.Now()
@@ -95,6 +96,8 @@ func (e *Engine) setGroupOptions(g *group, o Options) error {
 		return fmt.Errorf("group %d: want >= 1", o.Group)
 	case o.MaxTokens < 0:
 		return fmt.Errorf("max tokens %d: want >= 1, or 0 for the context that is left", o.MaxTokens)
+	case o.TopLogprobs < 0 || o.TopLogprobs > sampler.MaxTop:
+		return fmt.Errorf("top log-probs %d: want 0..%d", o.TopLogprobs, sampler.MaxTop)
 	}
 	if err := o.Sampling.Validate(); err != nil {
 		return err
@@ -110,7 +113,7 @@ func (e *Engine) setGroupOptions(g *group, o Options) error {
 	if err != nil {
 		return err
 	}
-	g.n, g.maxTokens, g.seed, g.stops, g.smps = o.Group, o.MaxTokens, o.Seed, stops, smps
+	g.n, g.maxTokens, g.seed, g.stops, g.smps, g.top = o.Group, o.MaxTokens, o.Seed, stops, smps, o.TopLogprobs
 	g.recs = make([]dataset.Rollout, o.Group)
 	return nil
 }

@@ -67,3 +67,36 @@ func BenchmarkSample(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSampleTop times SampleTop with k alternatives against Sample on
+// the same row in the same run: ratio is what recording top log-probs
+// (serve's top_logprobs) costs per token on top of sampling.
+func BenchmarkSampleTop(b *testing.B) {
+	for _, n := range []int{32_000, 151_936} {
+		row := benchRow(n, 2.5)
+		for _, k := range []int{1, 5, 20} {
+			b.Run(fmt.Sprintf("vocab=%d/k=%d", n, k), func(b *testing.B) {
+				s := mustNew(b, Params{Temperature: 1, TopP: 0.95})
+				rng := NewRNG(1, "bench", 0)
+				top := make([]Alt, 0, k)
+				s.SampleTop(row, rng, k, top)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					if _, _, err := s.SampleTop(row, rng, k, top[:0]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				perToken := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+				b.ReportMetric(perToken, "ns/token")
+				start := time.Now()
+				for range b.N {
+					s.Sample(row, rng)
+				}
+				base := float64(time.Since(start).Nanoseconds()) / float64(b.N)
+				b.ReportMetric(perToken/base, "ratio")
+			})
+		}
+	}
+}

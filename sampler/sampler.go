@@ -88,6 +88,40 @@ func (s *Sampler) Params() Params { return s.p }
 // Sample chooses a token from one row of logits. It draws exactly one number
 // from rng unless the temperature is 0 (greedy draws none).
 func (s *Sampler) Sample(logits []float32, rng *RNG) (Choice, error) {
+	c, _, err := s.sample(logits, rng)
+	return c, err
+}
+
+// Alt is one of a row's most likely tokens with its model log-probability.
+type Alt struct {
+	Token   int32
+	LogProb float64 // as Choice.LogProb: raw logits, temperature 1
+}
+
+// MaxTop is the most alternatives SampleTop gives per row (OpenAI's
+// top_logprobs limit).
+const MaxTop = 20
+
+// SampleTop is Sample that also appends the row's k most likely tokens to
+// top, best first (lower id first on ties), with their model
+// log-probabilities computed as Choice.LogProb is, so the sampled token's
+// entry, when it is among them, equals Choice.LogProb. They come from the
+// same row statistics as the draw, and are selected with a heap of k over
+// the row: O(n log k), no sort of the vocabulary. k is capped at MaxTop and
+// at the tokens of non-zero probability; the draw is Sample's.
+func (s *Sampler) SampleTop(logits []float32, rng *RNG, k int, top []Alt) (Choice, []Alt, error) {
+	c, r, err := s.sample(logits, rng)
+	if err != nil || k <= 0 {
+		return c, top, err
+	}
+	k = min(k, MaxTop, r.support)
+	for _, id := range selectTopK(s.edge[:k], logits, k) {
+		top = append(top, Alt{Token: id, LogProb: float64(logits[id]) - r.max - r.logSum})
+	}
+	return c, top, nil
+}
+
+func (s *Sampler) sample(logits []float32, rng *RNG) (Choice, rowStats, error) {
 	n := len(logits)
 	if cap(s.w) < n {
 		s.w = make([]float64, n)
@@ -98,17 +132,17 @@ func (s *Sampler) Sample(logits []float32, rng *RNG) (Choice, error) {
 	w := s.w[:n]
 	r, err := scan(logits, w)
 	if err != nil {
-		return Choice{}, err
+		return Choice{}, r, err
 	}
 	p := s.p
 	if p.Temperature == 0 {
-		return r.choice(logits, r.argmax, 0), nil
+		return r.choice(logits, r.argmax, 0), r, nil
 	}
 
 	cand := s.truncate(logits, w, r)
 	invT := 1 / p.Temperature
 	tok, logQ := s.draw(logits, cand, r.max, invT, rng.Float64())
-	return r.choice(logits, tok, (float64(logits[tok])-r.max)*invT-logQ), nil
+	return r.choice(logits, tok, (float64(logits[tok])-r.max)*invT-logQ), r, nil
 }
 
 // truncate applies top-k, top-p and min-p, in that order, and returns the

@@ -405,3 +405,62 @@ func TestNoAllocations(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleTop checks the alternatives against a full sort of the row: the
+// k best tokens, best first, their log-probs those LogSoftmaxAt gives, the
+// draw unchanged from Sample's, banned tokens never listed, k capped.
+func TestSampleTop(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	row := gaussianRow(5000, 2, r)
+	row[17], row[4000] = row[3], row[3] // ties, broken by id
+	row[9] = float32(math.Inf(-1))
+	for _, p := range []Params{{}, {Temperature: 1}, {Temperature: 0.7, TopK: 5, TopP: 0.9}} {
+		for _, k := range []int{1, 2, 7, 20, 50} {
+			s1, s2 := mustNew(t, p), mustNew(t, p)
+			for i := range 30 {
+				c1, err := s1.Sample(row, NewRNG(3, "p", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				c2, top, err := s2.SampleTop(row, NewRNG(3, "p", i), k, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c1 != c2 {
+					t.Fatalf("%+v k %d: SampleTop drew %+v, Sample %+v", p, k, c2, c1)
+				}
+				ids := make([]int32, len(row))
+				for j := range ids {
+					ids[j] = int32(j)
+				}
+				slices.SortFunc(ids, func(a, b int32) int {
+					if better(row, a, b) {
+						return -1
+					}
+					return 1
+				})
+				want := min(k, MaxTop)
+				if len(top) != want {
+					t.Fatalf("%+v k %d: %d alternatives, want %d", p, k, len(top), want)
+				}
+				for j, a := range top {
+					lp, _, _ := LogSoftmaxAt(row, ids[j])
+					if a.Token != ids[j] || a.LogProb != lp {
+						t.Fatalf("%+v k %d: alternative %d is %+v, want token %d log-prob %v", p, k, j, a, ids[j], lp)
+					}
+					if a.Token == c2.Token && a.LogProb != c2.LogProb {
+						t.Fatalf("sampled token's alternative %v, choice %v", a.LogProb, c2.LogProb)
+					}
+				}
+			}
+		}
+	}
+	banned := []float32{float32(math.Inf(-1)), 1, float32(math.Inf(-1)), 2}
+	_, top, err := mustNew(t, Params{Temperature: 1}).SampleTop(banned, NewRNG(1, "b", 0), 4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top) != 2 || top[0].Token != 3 || top[1].Token != 1 {
+		t.Fatalf("row with banned tokens: %+v, want tokens 3 and 1 only", top)
+	}
+}

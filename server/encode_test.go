@@ -14,7 +14,7 @@ import (
 // -Inf is already -MaxFloat64 by tokenEntry, and stays so.)
 func TestResponsesWithNonFiniteFloats(t *testing.T) {
 	chunk := map[string]any{"object": "chat.completion.chunk", "choices": []chatChoice{{Index: 0,
-		Logprobs: &chatLogprobs{Content: []tokenLogprob{tokenEntry("a", []byte("a"), math.Inf(-1), 0), {Token: "b", Logprob: math.NaN()}}}}}}
+		Logprobs: &chatLogprobs{Content: []tokenLogprob{tokenEntry("a", []byte("a"), math.Inf(-1), nil, false, 0), {Token: "b", Logprob: math.NaN()}}}}}}
 	line := marshalLine(chunk)
 	var back map[string]any
 	if err := json.Unmarshal(line, &back); err != nil || back["object"] != "chat.completion.chunk" {

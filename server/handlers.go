@@ -41,6 +41,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	if req.Logprobs != nil {
+		opts.TopLogprobs = *req.Logprobs
+	}
 	if req.Stream {
 		f, ok := w.(http.Flusher)
 		if !ok {
@@ -85,8 +88,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, resp)
 }
 
-// legacyLogprobs is the completions log-prob object. The engine keeps the
-// sampled token's log-prob only, so top_logprobs hold that token.
+// legacyLogprobs is the completions log-prob object; top_logprobs (top > 0)
+// map each position's most likely tokens to their log-probs.
 func legacyLogprobs(r *dataset.Rollout, ids bool, top int) *completionLogprobs {
 	ps := pieces(r, ids)
 	lp := &completionLogprobs{Tokens: ps, TokenLogprobs: make([]float64, len(ps)), TextOffset: make([]int, len(ps))}
@@ -96,10 +99,35 @@ func legacyLogprobs(r *dataset.Rollout, ids bool, top int) *completionLogprobs {
 			lp.TextOffset[i] = r.TokenOffsets[i]
 		}
 		if top > 0 {
-			lp.TopLogprobs = append(lp.TopLogprobs, map[string]float64{ps[i]: lp.TokenLogprobs[i]})
+			lp.TopLogprobs = append(lp.TopLogprobs, legacyTop(altsAt(r, i), ids))
 		}
 	}
 	return lp
+}
+
+// altsAt is the alternatives recorded at token i of a record.
+func altsAt(r *dataset.Rollout, i int) []dataset.TopLogprob {
+	if i < len(r.TopLogprobs) {
+		return r.TopLogprobs[i]
+	}
+	return nil
+}
+
+// legacyTop is one position's completions top_logprobs: token text (or
+// "token_id:N") to log-prob. Two tokens of the same text share a key, as
+// in OpenAI's shape.
+func legacyTop(alts []dataset.TopLogprob, ids bool) map[string]float64 {
+	m := make(map[string]float64, len(alts))
+	for _, a := range alts {
+		key := a.Piece
+		if ids {
+			key = fmt.Sprintf("token_id:%d", a.Token)
+		}
+		if _, seen := m[key]; !seen { // best first: keep the likelier
+			m[key] = finite(a.Logprob)
+		}
+	}
+	return m
 }
 
 // chatLogprobsOf is the chat log-prob object of tokens lo..hi of a record.
@@ -107,7 +135,7 @@ func chatLogprobsOf(r *dataset.Rollout, ids bool, top, lo, hi int) *chatLogprobs
 	ps := pieces(r, ids)
 	out := &chatLogprobs{Content: []tokenLogprob{}}
 	for i := lo; i < hi; i++ {
-		out.Content = append(out.Content, tokenEntry(ps[i], []byte(ps[i]), r.Logprobs[i], top))
+		out.Content = append(out.Content, tokenEntry(ps[i], []byte(ps[i]), r.Logprobs[i], altsAt(r, i), ids, top))
 	}
 	return out
 }
@@ -137,6 +165,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	opts.TopLogprobs = top
 	var flusher http.Flusher
 	if req.Stream {
 		f, ok := w.(http.Flusher)
@@ -193,9 +222,9 @@ type streamShape struct {
 	object string
 	// open is sample i's first event (the chat role), or nil for none.
 	open func(i int) any
-	// delta is new text of a sample, with its tokens' pieces and log-probs
-	// (pieces nil: tokens lo..hi of rec instead).
-	delta func(sample int, text string, pieces [][]byte, lps []float64, rec *dataset.Rollout, lo, hi int) any
+	// delta is new text of a sample, with its tokens' pieces, log-probs and
+	// alternatives (pieces nil: tokens lo..hi of rec instead).
+	delta func(sample int, text string, pieces [][]byte, lps []float64, tops [][]dataset.TopLogprob, rec *dataset.Rollout, lo, hi int) any
 	// finish is a sample's last event.
 	finish func(sample int, reason string) any
 }
@@ -209,7 +238,7 @@ func chatStream(logprobs bool, top int) streamShape {
 			empty := ""
 			return chatChoice{Index: i, Delta: &chatOut{Role: "assistant", Content: &empty}}
 		},
-		delta: func(sample int, text string, ps [][]byte, lps []float64, rec *dataset.Rollout, lo, hi int) any {
+		delta: func(sample int, text string, ps [][]byte, lps []float64, tops [][]dataset.TopLogprob, rec *dataset.Rollout, lo, hi int) any {
 			c := chatChoice{Index: sample, Delta: &chatOut{Content: &text}}
 			switch {
 			case !logprobs:
@@ -218,7 +247,7 @@ func chatStream(logprobs bool, top int) streamShape {
 			case len(ps) > 0:
 				lp := &chatLogprobs{Content: []tokenLogprob{}}
 				for k, p := range ps {
-					lp.Content = append(lp.Content, tokenEntry(string(p), p, lps[k], top))
+					lp.Content = append(lp.Content, tokenEntry(string(p), p, lps[k], topAt(tops, k), false, top))
 				}
 				c.Logprobs = lp
 			}
@@ -236,7 +265,7 @@ func chatStream(logprobs bool, top int) streamShape {
 func completionStream(logprobs *int) streamShape {
 	return streamShape{
 		object: "text_completion",
-		delta: func(sample int, text string, ps [][]byte, lps []float64, rec *dataset.Rollout, lo, hi int) any {
+		delta: func(sample int, text string, ps [][]byte, lps []float64, tops [][]dataset.TopLogprob, rec *dataset.Rollout, lo, hi int) any {
 			c := map[string]any{"index": sample, "text": text, "logprobs": nil, "finish_reason": nil}
 			if logprobs == nil {
 				return c
@@ -252,7 +281,7 @@ func completionStream(logprobs *int) streamShape {
 				for k, p := range ps {
 					lp.Tokens, lp.TokenLogprobs = append(lp.Tokens, string(p)), append(lp.TokenLogprobs, finite(lps[k]))
 					if *logprobs > 0 {
-						lp.TopLogprobs = append(lp.TopLogprobs, map[string]float64{string(p): finite(lps[k])})
+						lp.TopLogprobs = append(lp.TopLogprobs, legacyTop(topAt(tops, k), false))
 					}
 				}
 			}
@@ -309,7 +338,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req sampling, op
 	}
 	sendDeltas := func() {
 		for _, d := range st.take(n) {
-			send([]any{shape.delta(d.sample, d.text, d.pieces, d.lps, nil, 0, 0)}, nil)
+			send([]any{shape.delta(d.sample, d.text, d.pieces, d.lps, d.tops, nil, 0, 0)}, nil)
 		}
 	}
 	var res jobResult
@@ -336,7 +365,7 @@ wait:
 		sentText, sentTokens := st.sentSoFar(rec.Sample)
 		rest := rec.Text[min(sentText, len(rec.Text)):]
 		if rest != "" || sentTokens < len(rec.Tokens) {
-			send([]any{shape.delta(rec.Sample, rest, nil, nil, rec, min(sentTokens, len(rec.Tokens)), len(rec.Tokens))}, nil)
+			send([]any{shape.delta(rec.Sample, rest, nil, nil, nil, rec, min(sentTokens, len(rec.Tokens)), len(rec.Tokens))}, nil)
 		}
 		send([]any{shape.finish(rec.Sample, finishReason(rec))}, nil)
 	}
@@ -350,18 +379,38 @@ wait:
 	}
 }
 
-// tokenEntry is one token's chat log-prob entry; the engine keeps no
-// alternatives, so top_logprobs hold the token itself.
-func tokenEntry(token string, piece []byte, lp float64, top int) tokenLogprob {
-	b := make([]int, len(piece))
-	for k := range piece {
-		b[k] = int(piece[k])
-	}
-	t := tokenLogprob{Token: token, Logprob: finite(lp), Bytes: b}
+// tokenEntry is one token's chat log-prob entry, with its row's most
+// likely tokens in top_logprobs when top > 0 (with ids, each token is
+// "token_id:N").
+func tokenEntry(token string, piece []byte, lp float64, alts []dataset.TopLogprob, ids bool, top int) tokenLogprob {
+	t := tokenLogprob{Token: token, Logprob: finite(lp), Bytes: byteList([]byte(piece))}
 	if top > 0 {
-		t.TopLogprobs = []tokenLogprob{{Token: token, Logprob: t.Logprob, Bytes: b}}
+		t.TopLogprobs = make([]tokenLogprob, 0, len(alts))
+		for _, a := range alts {
+			tok := validText([]byte(a.Piece))
+			if ids {
+				tok = fmt.Sprintf("token_id:%d", a.Token)
+			}
+			t.TopLogprobs = append(t.TopLogprobs, tokenLogprob{Token: tok, Logprob: finite(a.Logprob), Bytes: byteList([]byte(a.Piece))})
+		}
 	}
 	return t
+}
+
+func byteList(b []byte) []int {
+	out := make([]int, len(b))
+	for k := range b {
+		out[k] = int(b[k])
+	}
+	return out
+}
+
+// topAt is element k of a delta's alternatives, or nil.
+func topAt(tops [][]dataset.TopLogprob, k int) []dataset.TopLogprob {
+	if k < len(tops) {
+		return tops[k]
+	}
+	return nil
 }
 
 // completeUTF8 is the length of b's prefix that ends on a character

@@ -13,7 +13,7 @@ import (
 
 // TestOpenAINodeClient runs testdata/openai-client/openai-client.mjs, which
 // calls confclip serve with the official openai npm package: completions
-// and chat completions with log-probs, a streamed chat completion, a bad
+// and chat completions with log-probs (top_logprobs: 2), a streamed chat completion, a bad
 // request and the model list. The package is installed into the script's
 // folder (node_modules, git-ignored) the first time; without node and npm,
 // or when npm cannot install it, the test says NOT RUN.
@@ -49,15 +49,23 @@ func TestOpenAINodeClient(t *testing.T) {
 	}
 	var res struct {
 		Completions struct{ Choices, Tokens int }
-		Chat        struct{ Logprobs int }
-		Stream      struct{ Chunks int }
-		BadRequest  struct{ Status int } `json:"bad_request"`
-		Models      []string
+		Chat        struct {
+			Logprobs    int
+			TopLogprobs []int `json:"top_logprobs"`
+		}
+		Stream     struct{ Chunks int }
+		BadRequest struct{ Status int } `json:"bad_request"`
+		Models     []string
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if res.Completions.Choices != 2 || res.Chat.Logprobs == 0 || res.Stream.Chunks < 3 || res.BadRequest.Status != 400 || len(res.Models) != 1 || res.Models[0] != s.ModelID() {
+	for _, n := range res.Chat.TopLogprobs {
+		if n != 2 {
+			t.Fatalf("top_logprobs: 2 gave %v alternatives per token: %s", res.Chat.TopLogprobs, out)
+		}
+	}
+	if res.Completions.Choices != 2 || res.Chat.Logprobs == 0 || len(res.Chat.TopLogprobs) != res.Chat.Logprobs || res.Stream.Chunks < 3 || res.BadRequest.Status != 400 || len(res.Models) != 1 || res.Models[0] != s.ModelID() {
 		t.Fatalf("the openai client saw %s", out)
 	}
 	t.Logf("openai (npm) against confclip serve: %s", out)

@@ -375,7 +375,7 @@ func (s *Server) serve() error {
 	reject := func(p *dataset.Prompt, reason string) {
 		s.finish(p.Answer, jobResult{err: badRequest("", "%s", reason)})
 	}
-	progress := func(p *dataset.Prompt, sample int, raw []byte, offsets []int, lps []float64) {
+	progress := func(p *dataset.Prompt, sample int, raw []byte, offsets []int, lps []float64, tops [][]dataset.TopLogprob) {
 		if s.streams.Load() == 0 {
 			return
 		}
@@ -383,7 +383,7 @@ func (s *Server) serve() error {
 		j := s.running[p.Answer]
 		s.mu.Unlock()
 		if j != nil && j.stream != nil {
-			j.stream.update(sample, raw, offsets, lps)
+			j.stream.update(sample, raw, offsets, lps, tops)
 		}
 	}
 	_, err := s.eng.Serve(context.Background(), next, emit, reject, progress)

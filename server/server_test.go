@@ -804,3 +804,201 @@ func TestCompletionsStream(t *testing.T) {
 		t.Errorf("a list of prompts streamed: %d %v", status, body)
 	}
 }
+
+// TestTopLogprobs: top_logprobs N (chat) and logprobs N (completions) give
+// the N most likely tokens at each position, best first, the sampled
+// token's log-prob among them or below the last, in the responses and the
+// streams alike; N over 20 is refused with 400.
+func TestTopLogprobs(t *testing.T) {
+	url, _, _ := startServer(t, testConfig(), Options{})
+	msgs := []any{map[string]any{"role": "user", "content": "Say 4:"}}
+	type entry struct {
+		Token       string  `json:"token"`
+		Logprob     float64 `json:"logprob"`
+		Bytes       []int   `json:"bytes"`
+		TopLogprobs []entry `json:"top_logprobs"`
+	}
+	checkEntry := func(where string, e entry, n int) bool {
+		if len(e.TopLogprobs) != n {
+			t.Fatalf("%s: %d top_logprobs, want %d: %+v", where, len(e.TopLogprobs), n, e)
+		}
+		found := false
+		for k, a := range e.TopLogprobs {
+			if k > 0 && a.Logprob > e.TopLogprobs[k-1].Logprob {
+				t.Fatalf("%s: top_logprobs not sorted: %+v", where, e.TopLogprobs)
+			}
+			if a.Logprob == e.Logprob && a.Token == e.Token { // bytes: the sampled token's are its text's (valid UTF-8), the alternatives' raw
+				found = true
+			}
+		}
+		if !found && e.Logprob > e.TopLogprobs[n-1].Logprob {
+			t.Fatalf("%s: sampled token %q (%v) is likelier than the last alternative but not listed: %+v", where, e.Token, e.Logprob, e.TopLogprobs)
+		}
+		return found
+	}
+	for _, n := range []int{2, 5, 20} {
+		req := map[string]any{"messages": msgs, "n": 2, "max_tokens": 12, "seed": 1, "temperature": 1, "logprobs": true, "top_logprobs": n}
+		b, _ := json.Marshal(req)
+		resp, err := http.Post(url+"/chat/completions", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var whole struct {
+			Choices []struct {
+				Index    int `json:"index"`
+				Logprobs struct {
+					Content []entry `json:"content"`
+				} `json:"logprobs"`
+			} `json:"choices"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&whole)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(whole.Choices) != 2 {
+			t.Fatalf("top_logprobs %d: status %d, %v", n, resp.StatusCode, err)
+		}
+		found, total := 0, 0
+		for _, c := range whole.Choices {
+			for i, e := range c.Logprobs.Content {
+				total++
+				if checkEntry(fmt.Sprintf("top_logprobs %d choice %d token %d", n, c.Index, i), e, n) {
+					found++
+				}
+			}
+		}
+		if found == 0 || total == 0 {
+			t.Fatalf("top_logprobs %d: the sampled token among its alternatives at none of %d positions", n, total)
+		}
+
+		// Streamed: the same alternatives, in the deltas.
+		req["stream"] = true
+		b, _ = json.Marshal(req)
+		sresp, err := http.Post(url+"/chat/completions", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		streamed := map[int][]entry{}
+		sc := bufio.NewScanner(sresp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok || data == "[DONE]" {
+				continue
+			}
+			var chunk struct {
+				Choices []struct {
+					Index    int `json:"index"`
+					Logprobs *struct {
+						Content []entry `json:"content"`
+					} `json:"logprobs"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+				t.Fatalf("chunk %s: %v", data, err)
+			}
+			for _, c := range chunk.Choices {
+				if c.Logprobs != nil {
+					streamed[c.Index] = append(streamed[c.Index], c.Logprobs.Content...)
+				}
+			}
+		}
+		sresp.Body.Close()
+		// The requests are batched differently, so the logits may round
+		// differently (1e-7 here): the same alternatives' log-probs, sorted,
+		// within 1e-4.
+		for _, c := range whole.Choices {
+			got, want := streamed[c.Index], c.Logprobs.Content
+			if len(got) != len(want) {
+				t.Fatalf("top_logprobs %d choice %d: %d tokens streamed, %d whole", n, c.Index, len(got), len(want))
+			}
+			for i := range got {
+				checkEntry(fmt.Sprintf("streamed, top_logprobs %d choice %d token %d", n, c.Index, i), got[i], n)
+				for k := range n {
+					if d := got[i].TopLogprobs[k].Logprob - want[i].TopLogprobs[k].Logprob; math.Abs(d) > 1e-4 {
+						t.Fatalf("top_logprobs %d choice %d token %d: streamed %+v, whole %+v", n, c.Index, i, got[i].TopLogprobs, want[i].TopLogprobs)
+					}
+				}
+			}
+		}
+	}
+
+	// Completions: top_logprobs maps token text to log-prob, N per position
+	// (fewer only where two tokens share a text).
+	for _, stream := range []bool{false, true} {
+		req := map[string]any{"prompt": "Say 4:", "max_tokens": 10, "seed": 2, "temperature": 1, "logprobs": 3, "stream": stream}
+		b, _ := json.Marshal(req)
+		resp, err := http.Post(url+"/completions", "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tops []map[string]float64
+		var lps []float64
+		var toks []string
+		add := func(raw []byte) {
+			var body struct {
+				Choices []struct {
+					Logprobs *struct {
+						Tokens        []string             `json:"tokens"`
+						TokenLogprobs []float64            `json:"token_logprobs"`
+						TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+					} `json:"logprobs"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal(raw, &body); err != nil {
+				t.Fatalf("%s: %v", raw, err)
+			}
+			for _, c := range body.Choices {
+				if c.Logprobs != nil {
+					tops, lps, toks = append(tops, c.Logprobs.TopLogprobs...), append(lps, c.Logprobs.TokenLogprobs...), append(toks, c.Logprobs.Tokens...)
+				}
+			}
+		}
+		if stream {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && data != "[DONE]" {
+					add([]byte(data))
+				}
+			}
+		} else {
+			raw, _ := io.ReadAll(resp.Body)
+			add(raw)
+		}
+		resp.Body.Close()
+		if len(tops) == 0 || len(tops) != len(lps) {
+			t.Fatalf("stream %v: %d top_logprobs for %d tokens", stream, len(tops), len(lps))
+		}
+		full := 0
+		for i, m := range tops {
+			if len(m) == 0 || len(m) > 3 {
+				t.Fatalf("stream %v token %d: %d top_logprobs, want 3: %v", stream, i, len(m), m)
+			}
+			if len(m) == 3 {
+				full++
+			}
+			least := 0.0
+			for _, lp := range m {
+				least = min(least, lp)
+			}
+			if lp, ok := m[toks[i]]; ok && lp < lps[i] || !ok && lps[i] > least {
+				t.Fatalf("stream %v token %d %q (%v): top_logprobs %v", stream, i, toks[i], lps[i], m)
+			}
+		}
+		if full < len(tops)/2 {
+			t.Fatalf("stream %v: only %d of %d positions have 3 top_logprobs", stream, full, len(tops))
+		}
+	}
+
+	for _, c := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/chat/completions", map[string]any{"messages": msgs, "logprobs": true, "top_logprobs": 21}},
+		{"/completions", map[string]any{"prompt": "a", "logprobs": 21}},
+		{"/completions", map[string]any{"prompt": "a", "logprobs": 21, "stream": true}},
+	} {
+		status, body := post(t, url+c.path, c.body)
+		if status != 400 || !strings.Contains(fmt.Sprint(body), "want 0..20") {
+			t.Errorf("%s %v: %d %v, want 400 naming the limit", c.path, c.body, status, body)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package server
 import (
 	"sync"
 	"unicode/utf8"
+
+	"github.com/confclip/confclip/dataset"
 )
 
 // stream follows a streamed request's completions as the engine generates
@@ -28,6 +30,7 @@ type sampleStream struct {
 	text   []byte
 	pieces [][]byte
 	lps    []float64
+	tops   [][]dataset.TopLogprob // with top_logprobs asked
 	// Taken so far, for the final delta: the text's length once made
 	// valid UTF-8, and the tokens.
 	sentText   int
@@ -43,8 +46,9 @@ func newStream(stops []string) *stream {
 }
 
 // update takes a sequence's state after a token (rollout.Engine.Serve's
-// progress): the raw bytes so far, each token's offset, the log-probs.
-func (st *stream) update(sample int, raw []byte, offsets []int, lps []float64) {
+// progress): the raw bytes so far, each token's offset, the log-probs and
+// the alternatives (nil unless asked).
+func (st *stream) update(sample int, raw []byte, offsets []int, lps []float64, tops [][]dataset.TopLogprob) {
 	st.mu.Lock()
 	ss := st.samples[sample]
 	if ss == nil {
@@ -67,6 +71,9 @@ func (st *stream) update(sample int, raw []byte, offsets []int, lps []float64) {
 		}
 		ss.pieces = append(ss.pieces, append([]byte(nil), raw[offsets[ss.confirmed]:end]...))
 		ss.lps = append(ss.lps, lps[ss.confirmed])
+		if ss.confirmed < len(tops) {
+			ss.tops = append(ss.tops, tops[ss.confirmed]) // the engine makes a new list per token
+		}
 		ss.confirmed++
 	}
 	st.mu.Unlock()
@@ -82,6 +89,7 @@ type delta struct {
 	text   string
 	pieces [][]byte
 	lps    []float64
+	tops   [][]dataset.TopLogprob
 }
 
 // take returns the pending deltas, in sample order, and clears them.
@@ -97,10 +105,10 @@ func (st *stream) take(n int) []delta {
 		// JSON makes each byte that is not valid UTF-8 a U+FFFD, as the
 		// finished record's text does.
 		text := validText(ss.text)
-		out = append(out, delta{sample: i, text: text, pieces: ss.pieces, lps: ss.lps})
+		out = append(out, delta{sample: i, text: text, pieces: ss.pieces, lps: ss.lps, tops: ss.tops})
 		ss.sentText += len(text)
 		ss.sentTokens += len(ss.pieces)
-		ss.text, ss.pieces, ss.lps = nil, nil, nil
+		ss.text, ss.pieces, ss.lps, ss.tops = nil, nil, nil, nil
 	}
 	return out
 }

@@ -13,6 +13,12 @@ func init() { Register("exact", newExact) }
 // (Options.CaseFold) and punctuation removed (Options.IgnorePunct). The
 // answer is found with the math extractors ("The answer is Paris." gives
 // "Paris"); with none matching, the whole completion is the answer.
+//
+// Case: Options' zero value compares case-sensitively; the configuration's
+// default ([verifier] case_fold, the --case-fold flag) is true, so the
+// commands ignore case unless told not to. The reason says which applied
+// when case made the difference: "matches the reference, ignoring case", or
+// "differs from the reference ... in case only (case_fold is off)".
 type exactVerifier struct {
 	opts       Options
 	extractors []extractor
@@ -41,12 +47,26 @@ func (v *exactVerifier) check(_ context.Context, completion, reference string) (
 	}
 	res := Result{Extracted: completion[start:end], Start: start, End: end}
 	ref := referenceAnswer(reference)
-	if v.normalize(res.Extracted) == v.normalize(ref) {
+	got, want := v.normalize(res.Extracted), v.normalize(ref)
+	switch {
+	case got == want:
 		res.Score, res.Correct, res.Reason = 1, true, "matches the reference"
-	} else {
+		if v.opts.CaseFold && v.withCase(res.Extracted) != v.withCase(ref) {
+			res.Reason += ", ignoring case"
+		}
+	case !v.opts.CaseFold && strings.ToLower(got) == strings.ToLower(want):
+		res.Reason = "differs from the reference " + quote(clip(ref, 80)) + " in case only (case_fold is off)"
+	default:
 		res.Reason = "differs from the reference " + quote(clip(ref, 80))
 	}
 	return res, nil
+}
+
+// withCase is normalize without case folding.
+func (v *exactVerifier) withCase(s string) string {
+	o := *v
+	o.opts.CaseFold = false
+	return o.normalize(s)
 }
 
 func (v *exactVerifier) normalize(s string) string {

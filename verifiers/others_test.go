@@ -65,6 +65,21 @@ func TestExact(t *testing.T) {
 		{"hyphen", "well-known", "well known", true, ""},
 		{"still different", "Lyon", "Paris", false, ""},
 	})
+	// The reason says when case decided the verdict.
+	for _, c := range []struct {
+		fold             bool
+		completion, want string
+	}{
+		{true, "PARIS", "matches the reference, ignoring case"},
+		{true, "Paris", "matches the reference"},
+		{false, "PARIS", `differs from the reference "Paris" in case only (case_fold is off)`},
+		{false, "Lyon", `differs from the reference "Paris"`},
+	} {
+		r, err := mustNew(t, "exact", Options{CaseFold: c.fold}).Verify(context.Background(), c.completion, "Paris")
+		if err != nil || r.Reason != c.want || r.Correct != c.fold && c.completion == "PARIS" {
+			t.Errorf("case_fold %v, %q: %+v (%v), want reason %q", c.fold, c.completion, r, err, c.want)
+		}
+	}
 }
 
 func TestChoice(t *testing.T) {

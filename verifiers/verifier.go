@@ -40,7 +40,7 @@ type Options struct {
 	// the verifier can learn to game by ending on any number.
 	Strict      bool
 	Extractors  []string // math: extraction priority (default: boxed, gsm8k, answer_is, answer_colon)
-	CaseFold    bool     // exact: ignore case
+	CaseFold    bool     // exact: ignore case (false here; true in the configuration's defaults)
 	IgnorePunct bool     // exact: ignore punctuation
 	Pattern     string   // format: regular expression the completion must match
 	JSON        bool     // format: the completion must be a JSON value

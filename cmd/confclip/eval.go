@@ -53,7 +53,9 @@ func evalCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	res, err := pipeline.Evaluate(ctx, m, pipeline.EvalOptions{Config: cfg, Data: c.String("data"), Samples: c.Int("samples"), Dir: c.String("out"), Shard: shard})
+	r := newRenderer(c.Root().ErrWriter)
+	res, err := pipeline.Evaluate(ctx, m, pipeline.EvalOptions{Config: cfg, Data: c.String("data"), Samples: c.Int("samples"), Dir: c.String("out"), Shard: shard, Progress: r.event})
+	r.clear()
 	if err != nil {
 		return err
 	}

@@ -52,15 +52,15 @@ func exportCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	w := c.Root().Writer
-	fmt.Fprintf(w, "wrote %d examples (%d completion tokens) from %d records to %s (%s)\n",
-		sum.Examples, sum.Tokens, sum.Records, sum.Out, sum.Format+", "+sum.Layout+" columns")
+	fmt.Fprintf(w, "wrote %s (%s) from %s to %s (%s)\n",
+		count(sum.Examples, "example"), count(sum.Tokens, "completion token"), count(sum.Records, "record"), sum.Out, sum.Format+", "+sum.Layout+" columns")
 	fmt.Fprintf(w, "groups: %d, with zero reward std: %d", sum.Groups, sum.ZeroStdGroups)
 	if cfg.Advantage.SkipZeroStd {
-		fmt.Fprintf(w, " (dropped, %d records)", sum.Dropped)
+		fmt.Fprintf(w, " (dropped, %s)", count(sum.Dropped, "record"))
 	}
 	fmt.Fprintln(w)
 	if sum.FromModelLogprobs > 0 {
-		fmt.Fprintf(w, "old_logprobs: model log-probs for %d teacher-forced records without sampling log-probs\n", sum.FromModelLogprobs)
+		fmt.Fprintf(w, "old_logprobs: model log-probs for %s without sampling log-probs\n", count(sum.FromModelLogprobs, "teacher-forced record"))
 	}
 	orNone := func(s string) string {
 		if s == "" {

@@ -98,6 +98,8 @@ func verifierFlags() []cli.Flag {
 		stringOpt("verifier", nil, "math, exact, choice, format or command ([verifier] name)", func(c *pipeline.Config) *string { return &c.Verifier.Name }),
 		stringOpt("pattern", nil, "format verifier: regular expression the completion must match ([verifier] pattern)", func(c *pipeline.Config) *string { return &c.Verifier.Pattern }),
 		boolOpt("format-json", "format verifier: the completion must be JSON ([verifier] json)", func(c *pipeline.Config) *bool { return &c.Verifier.JSON }),
+		boolOpt("case-fold", "exact verifier: ignore case; --case-fold=false compares case-sensitively ([verifier] case_fold)", func(c *pipeline.Config) *bool { return &c.Verifier.CaseFold }),
+		boolOpt("ignore-punct", "exact verifier: ignore punctuation and symbols ([verifier] ignore_punct)", func(c *pipeline.Config) *bool { return &c.Verifier.IgnorePunct }),
 		timeout,
 	}
 }

@@ -59,9 +59,9 @@ func init() {
 					return cli.Exit("gen-task: "+err.Error(), 2)
 				}
 				if res.N < c.Int("n") {
-					fmt.Fprintf(os.Stderr, "gen-task: only %d distinct problems within these bounds (asked for %d)\n", res.N, c.Int("n"))
+					fmt.Fprintf(os.Stderr, "gen-task: only %s within these bounds (asked for %d)\n", count(res.N, "distinct problem"), c.Int("n"))
 				}
-				fmt.Fprintf(c.Root().Writer, "%s\t%d prompts\n%s\t%d prompts\n%s\t%d texts\n", res.Train, res.TrainN, res.Eval, res.EvalN, res.Corpus, res.CorpusN)
+				fmt.Fprintf(c.Root().Writer, "%s\t%s\n%s\t%s\n%s\t%s\n", res.Train, count(res.TrainN, "prompt"), res.Eval, count(res.EvalN, "prompt"), res.Corpus, count(res.CorpusN, "text"))
 				return nil
 			},
 		}

@@ -53,8 +53,8 @@ func logprobsCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	w := c.Root().Writer
-	fmt.Fprintf(w, "%s (%d completion tokens) teacher-forced into %s in %s: %.1f tokens/s\n",
-		count(res.Records, "record"), res.Tokens, res.Out, res.Elapsed.Round(time.Millisecond), float64(res.Tokens)/res.Elapsed.Seconds())
+	fmt.Fprintf(w, "%s (%s) teacher-forced into %s in %s: %.1f tokens/s\n",
+		count(res.Records, "record"), count(res.Tokens, "completion token"), res.Out, res.Elapsed.Round(time.Millisecond), float64(res.Tokens)/res.Elapsed.Seconds())
 	if len(res.Skipped) > 0 {
 		fmt.Fprintf(w, "%s skipped (first: %s)\n", count(len(res.Skipped), "malformed line"), res.Skipped[0])
 	}

@@ -414,3 +414,22 @@ func TestLicenses(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyExactCase: the exact verifier ignores case by default, as
+// [verifier] case_fold's default says; --case-fold=false (or the key) makes
+// it case-sensitive; the reason says which decided.
+func TestVerifyExactCase(t *testing.T) {
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, `"correct":true,"score":1,"extracted":"PARIS","answer_span":[14,19],"reason":"matches the reference, ignoring case"`},
+		{[]string{"--case-fold=false"}, `"correct":false,"score":0,"extracted":"PARIS","answer_span":[14,19],"reason":"differs from the reference \"Paris\" in case only (case_fold is off)"`},
+		{[]string{"--ignore-punct", "--completion", "Paris!"}, `"correct":true`},
+	} {
+		args := append([]string{"verify", "--verifier", "exact", "--answer", "Paris", "--completion", "The answer is PARIS."}, c.flags...)
+		if code, out := runOut(t, args...); code != 0 || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d\n%s\nwant %s", args, code, out, c.want)
+		}
+	}
+}

@@ -69,7 +69,7 @@ func mergeRolloutsCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Root().Writer, "%d shards merged into %s: %d groups, %d records\n", res.Shards, res.Out, res.Groups, res.Records)
+	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", count(res.Shards, "shard"), res.Out, count(res.Groups, "group"), count(res.Records, "record"))
 	return nil
 }
 
@@ -78,7 +78,7 @@ func mergeScoresCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Root().Writer, "%d shards merged into %s: %d groups, %d records\n", res.Shards, res.Out, res.Groups, res.Records)
+	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", count(res.Shards, "shard"), res.Out, count(res.Groups, "group"), count(res.Records, "record"))
 	if err := res.Summary.WriteTable(c.Root().Writer); err != nil {
 		return err
 	}
@@ -104,6 +104,6 @@ func mergeEvalCmd(ctx context.Context, c *cli.Command) error {
 		}
 		fmt.Fprintln(c.Root().Writer, string(b))
 	}
-	fmt.Fprintf(os.Stderr, "%d prompts: %d correct (accuracy %.4f), %d failed\n", res.Prompts, res.Correct, res.Accuracy, res.Failed)
+	fmt.Fprintf(os.Stderr, "%s: %d correct (accuracy %.4f), %d failed\n", count(res.Prompts, "prompt"), res.Correct, res.Accuracy, res.Failed)
 	return nil
 }

@@ -56,6 +56,14 @@ func (r *renderer) line(s string) {
 	fmt.Fprintln(r.w, s)
 }
 
+// clear removes a live line from the terminal.
+func (r *renderer) clear() {
+	if r.tty && r.pending {
+		fmt.Fprint(r.w, "\r\033[K")
+		r.pending = false
+	}
+}
+
 // end finishes a live line.
 func (r *renderer) end() {
 	if r.pending {
@@ -79,6 +87,13 @@ func (r *renderer) event(e pipeline.Event) {
 		eta := time.Duration(float64(e.Elapsed) / float64(e.Step) * float64(e.Steps-e.Step))
 		r.live(fmt.Sprintf("step %d/%d: loss %.5f, grad norm %.4g%s, %d sequences, %d tokens, %.0f tokens/s, ETA %s",
 			e.Step, e.Steps, st.Loss, st.GradNorm, clipped, st.Sequences, st.AllTokens, st.TokensPerSec, eta.Round(time.Second)), true)
+	case pipeline.EvalProgress:
+		where := "eval"
+		if e.Steps > 0 {
+			where = fmt.Sprintf("step %d/%d: held-out evaluation", e.Step, e.Steps)
+		}
+		// Not final: the run's step line (or eval's summary) follows.
+		r.live(fmt.Sprintf("%s: %d/%d prompts (%s), ETA %s", where, e.Groups, e.Total, e.Phase, e.ETA().Round(time.Second)), false)
 	case pipeline.RunStage:
 		if r.tty {
 			r.live(fmt.Sprintf("step %d/%d: %s", e.Step, e.Steps, e.Stage), false)
@@ -112,4 +127,12 @@ func count(n int, thing string) string {
 		return "1 " + thing
 	}
 	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// wasWere is the verb for n things.
+func wasWere(n int) string {
+	if n == 1 {
+		return "was"
+	}
+	return "were"
 }

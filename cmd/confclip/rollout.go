@@ -65,12 +65,12 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 		fmt.Fprintf(w, "%s: %s\n", c.String("data"), res.PromptShape)
 	}
 	if res.AlreadyDone > 0 {
-		fmt.Fprintf(w, "resumed %s: %d of %d prompts were already complete\n", res.Out, res.AlreadyDone, res.Prompts)
+		fmt.Fprintf(w, "resumed %s: %d of %s %s already complete\n", res.Out, res.AlreadyDone, count(res.Prompts, "prompt"), wasWere(res.AlreadyDone))
 	}
 	if res.Groups > 0 || err == nil {
-		fmt.Fprintf(w, "%s (%s, %d tokens) written to %s in %s: %.1f tokens/s; %d prompt tokens decoded\n",
-			count(res.Groups, "group"), count(res.Records, "completion"), res.Tokens, res.Out, res.Elapsed.Round(time.Millisecond), res.TokensPerSecond(), res.PromptTokens)
-		fmt.Fprintf(w, "%s holds %d complete groups, made with %s\n", res.Out, res.FileGroups, res.Provenance)
+		fmt.Fprintf(w, "%s (%s, %s) written to %s in %s: %.1f tokens/s; %s decoded\n",
+			count(res.Groups, "group"), count(res.Records, "completion"), count(res.Tokens, "token"), res.Out, res.Elapsed.Round(time.Millisecond), res.TokensPerSecond(), count(res.PromptTokens, "prompt token"))
+		fmt.Fprintf(w, "%s holds %s, made with %s\n", res.Out, count(res.FileGroups, "complete group"), res.Provenance)
 	}
 	if len(res.Skipped) > 0 {
 		fmt.Fprintf(w, "%s skipped (first: %s)\n", count(len(res.Skipped), "malformed line"), res.Skipped[0])
@@ -82,7 +82,7 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 		}
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() == nil {
-		return cli.Exit(fmt.Sprintf("interrupted: %d complete groups are in %s; run the same command again to resume", res.FileGroups, res.Out), 130)
+		return cli.Exit(fmt.Sprintf("interrupted: %s in %s; run the same command again to resume", count(res.FileGroups, "complete group"), res.Out), 130)
 	}
 	return err
 }

@@ -141,3 +141,41 @@ func TestServeAndEndpoint(t *testing.T) {
 		t.Errorf("access log:\n%s", l)
 	}
 }
+
+// TestOutputPlurals: one prompt, one completion of one token, one shard:
+// rollout, score, export and merge say "1 group", "1 record", "1 token",
+// "1 shard" (they said "1 groups", "1 records").
+func TestOutputPlurals(t *testing.T) {
+	scaleFixture(t)
+	if err := os.WriteFile("one.jsonl", []byte(`{"id":"p0","prompt":"Say 0:","answer":"0"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	oneS := regexp.MustCompile(`\b1 [a-z-]+( [a-z-]+)?s\b`)
+	var all strings.Builder
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"rollout", "-m", "M.gguf", "--data", "one.jsonl", "--out", "r.jsonl", "-G", "1", "-n", "1", "--ctx-size", "64", "--no-timing", "--shard", "0/1"},
+			[]string{"1 group (1 completion, 1 token)", "1 complete group"}},
+		{[]string{"score", "--data", "r.jsonl", "--out", "s.jsonl", "--summary", "s.json", "--verifier", "format", "--pattern", ".", "--reward", "binary", "--shard", "0/1"},
+			[]string{"scored 1 record in 1 group"}},
+		{[]string{"export", "--data", "s.jsonl", "--out", "x.jsonl"}, []string{"wrote 1 example (1 completion token) from 1 record"}},
+		{[]string{"merge", "rollouts", "--out", "m.jsonl", "r.jsonl"}, []string{"1 shard merged into m.jsonl: 1 group, 1 record"}},
+		{[]string{"merge", "scores", "--out", "ms.jsonl", "--summary", "ms.json", "s.json"}, []string{"1 shard merged into ms.jsonl: 1 group, 1 record", "scored 1 record in 1 group"}},
+	} {
+		code, out := runOut(t, c.args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s", c.args, code, out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: no %q in\n%s", c.args, w, out)
+			}
+		}
+		all.WriteString(out)
+	}
+	if m := oneS.FindAllString(all.String(), -1); len(m) > 0 {
+		t.Errorf("plurals after 1: %q in\n%s", m, all.String())
+	}
+}

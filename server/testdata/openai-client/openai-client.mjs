@@ -23,14 +23,19 @@ for (const c of cmpl.choices) {
 out.completions = { choices: cmpl.choices.length, tokens: cmpl.usage.completion_tokens };
 
 const messages = [{ role: "user", content: "Say 2:" }];
-const chat = await client.chat.completions.create({ model, messages, max_tokens: 8, seed: 2, logprobs: true, top_logprobs: 1 });
+const chat = await client.chat.completions.create({ model, messages, max_tokens: 8, seed: 2, logprobs: true, top_logprobs: 2 });
 const choice = chat.choices[0];
 if (chat.object !== "chat.completion" || choice.message.role !== "assistant") fail(`chat: ${JSON.stringify(chat)}`);
 const content = choice.logprobs?.content ?? [];
 if (content.length === 0 || content.length !== chat.usage.completion_tokens) fail(`chat logprobs: ${JSON.stringify(choice.logprobs)}`);
 const spelled = Buffer.from(content.flatMap((t) => t.bytes)).toString("utf8");
 if (spelled !== choice.message.content) fail(`chat: log-prob bytes spell ${JSON.stringify(spelled)}, content ${JSON.stringify(choice.message.content)}`);
-out.chat = { content: choice.message.content, logprobs: content.length, finish: choice.finish_reason };
+// top_logprobs: 2 gives the two most likely tokens at each position, best first.
+for (const t of content) {
+  const top = t.top_logprobs ?? [];
+  if (top.length !== 2 || !(top[0].logprob >= top[1].logprob) || !(t.logprob <= top[0].logprob)) fail(`chat top_logprobs: ${JSON.stringify(t)}`);
+}
+out.chat = { content: choice.message.content, logprobs: content.length, top_logprobs: content.map((t) => t.top_logprobs.length), finish: choice.finish_reason };
 
 const stream = await client.chat.completions.create({
   model, messages, max_tokens: 8, seed: 2, stream: true, stream_options: { include_usage: true },
