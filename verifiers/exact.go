@@ -54,7 +54,7 @@ func (v *exactVerifier) check(_ context.Context, completion, reference string) (
 		if v.opts.CaseFold && v.withCase(res.Extracted) != v.withCase(ref) {
 			res.Reason += ", ignoring case"
 		}
-	case !v.opts.CaseFold && strings.ToLower(got) == strings.ToLower(want):
+	case !v.opts.CaseFold && strings.EqualFold(got, want):
 		res.Reason = "differs from the reference " + quote(clip(ref, 80)) + " in case only (case_fold is off)"
 	default:
 		res.Reason = "differs from the reference " + quote(clip(ref, 80))
