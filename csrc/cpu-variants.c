@@ -19,7 +19,8 @@
 #define DECLARE(name)                                                                        \
     ggml_backend_reg_t name##_ggml_backend_cpu_reg(void);                                    \
     int                name##_ggml_backend_score(void);                                      \
-    enum ggml_status   name##_ggml_graph_compute_with_ctx(struct ggml_context *, struct ggml_cgraph *, int);
+    enum ggml_status   name##_ggml_graph_compute_with_ctx(struct ggml_context *, struct ggml_cgraph *, int); \
+    const struct ggml_type_traits_cpu * name##_ggml_get_type_traits_cpu(enum ggml_type);
 CONFCLIP_CPU_VARIANTS(DECLARE)
 
 struct variant {
@@ -27,9 +28,10 @@ struct variant {
     ggml_backend_reg_t (*reg)(void);
     int (*score)(void);
     enum ggml_status (*compute_with_ctx)(struct ggml_context *, struct ggml_cgraph *, int);
+    const struct ggml_type_traits_cpu * (*type_traits)(enum ggml_type);
 };
 
-#define ENTRY(name) {#name, name##_ggml_backend_cpu_reg, name##_ggml_backend_score, name##_ggml_graph_compute_with_ctx},
+#define ENTRY(name) {#name, name##_ggml_backend_cpu_reg, name##_ggml_backend_score, name##_ggml_graph_compute_with_ctx, name##_ggml_get_type_traits_cpu},
 static const struct variant variants[] = {CONFCLIP_CPU_VARIANTS(ENTRY)};
 static const int n_variants = (int) (sizeof(variants) / sizeof(variants[0]));
 
@@ -81,6 +83,12 @@ ggml_backend_reg_t ggml_backend_cpu_reg(void) {
 enum ggml_status ggml_graph_compute_with_ctx(struct ggml_context * ctx, struct ggml_cgraph * cgraph, int n_threads) {
     ggml_backend_cpu_reg(); // the variant's ggml_cpu_init
     return variants[chosen].compute_with_ctx(ctx, cgraph, n_threads);
+}
+
+// The pre-check (llama/precheck.go) asks which types have a dot product.
+const struct ggml_type_traits_cpu * ggml_get_type_traits_cpu(enum ggml_type type) {
+    ggml_backend_cpu_reg();
+    return variants[chosen].type_traits(type);
 }
 
 // confclip_cpu_variant is the chosen variant's name; llama/cpuvariant.go
