@@ -43,6 +43,9 @@ func exitCode(err error) int {
 	return exitError
 }
 
+// startFailed is supervise's answer when the child could not be started.
+const startFailed = -1
+
 // childEnv marks the process that does the work; the one above it only
 // watches how it ends (supervise).
 const childEnv = "CONFCLIP_SUPERVISED"
@@ -113,7 +116,9 @@ func signalStatus(s os.Signal) int {
 // are forwarded to it), and exitInternal, saying so, when the Go runtime
 // reported a fatal error (a panic) or another signal killed it (llama.cpp
 // aborting on an assertion, a segmentation fault, the kernel's OOM killer).
-// A Go panic alone would exit 2, the status of a usage error.
+// A Go panic alone would exit 2, the status of a usage error. When cmd
+// cannot be started at all, it returns startFailed and main does the work
+// in this process.
 func supervise(cmd *exec.Cmd, stderr io.Writer) int {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -128,8 +133,7 @@ func supervise(cmd *exec.Cmd, stderr io.Writer) int {
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		r.Close()
-		fmt.Fprintln(stderr, "confclip:", err)
-		return exitInternal
+		return startFailed
 	}
 	w.Close()
 	crash := make(chan string, 1)
@@ -175,8 +179,13 @@ func supervise(cmd *exec.Cmd, stderr io.Writer) int {
 	return cmd.ProcessState.ExitCode()
 }
 
+// noSuperviseEnv, set to 1, makes the program do its work in the one
+// process, without the supervising parent: a crash then exits as the
+// runtime or the signal leaves it, not with status 4.
+const noSuperviseEnv = "CONFCLIP_NO_SUPERVISE"
+
 func main() {
-	if os.Getenv(childEnv) != "" {
+	if os.Getenv(childEnv) != "" || os.Getenv(noSuperviseEnv) == "1" {
 		os.Exit(runMain(os.Args, os.Stderr))
 	}
 	exe, err := os.Executable()
@@ -187,5 +196,13 @@ func main() {
 	cmd.Args[0] = os.Args[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), childEnv+"=1")
-	os.Exit(supervise(cmd, os.Stderr))
+	status := supervise(cmd, os.Stderr)
+	if status == startFailed {
+		// The program cannot start itself again: under an emulator
+		// (qemu-user without binfmt_misc, which runs this arm64 binary in
+		// CI's cross test) /proc/self/exe names a file the kernel cannot
+		// execute. Do the work here; a crash then exits as it falls.
+		status = runMain(os.Args, os.Stderr)
+	}
+	os.Exit(status)
 }

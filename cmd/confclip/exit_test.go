@@ -32,6 +32,20 @@ func program(args ...string) *exec.Cmd {
 	return cmd
 }
 
+// TestSuperviseCannotStart: a child that cannot be executed (as under
+// qemu-user without binfmt_misc, where /proc/self/exe is a foreign binary)
+// is reported as startFailed, so main runs the work itself.
+func TestSuperviseCannotStart(t *testing.T) {
+	var stderr bytes.Buffer
+	notExec := filepath.Join(t.TempDir(), "not-an-executable")
+	if err := os.WriteFile(notExec, []byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0}, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := supervise(exec.Command(notExec), &stderr); got != startFailed {
+		t.Errorf("supervise of a file the kernel cannot execute = %d, want startFailed (%d); stderr %q", got, startFailed, stderr.String())
+	}
+}
+
 // TestSuperviseStatuses: how the child ended, through the exit-status table.
 // The child is a shell standing in for the program: it exits, writes a Go
 // fatal error report on descriptor 3 as the runtime would, or dies of a
