@@ -168,9 +168,6 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	if err := cfg.ValidateTables("rollout"); err != nil {
 		return res, err
 	}
-	if cfg.Rollout.Group < 1 || cfg.Rollout.MaxTokens < 0 {
-		return res, fmt.Errorf("rollout.group = %d, rollout.max_tokens = %d: want a group of 1 or more and a length limit of 1 or more (0: the context left)", cfg.Rollout.Group, cfg.Rollout.MaxTokens)
-	}
 	pf, err := ReadPromptFile(o.In, cfg.Data.Map, o.SkipBad)
 	if err != nil {
 		return res, err
