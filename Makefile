@@ -204,7 +204,11 @@ MUTANTS ?= 300
 # The training benchmark runs bin/confclip train for its peak memory.
 bench: $(LIBS) bin/confclip
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -skip 'SpeedTable|AgainstPyTorch' -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
+	@# docs/speed.md's tables, rewritten in place: rollout against the C loop,
+	@# teacher forcing and training by weight type; then PyTorch on the same
+	@# work (NOT RUN without Debian's python3-torch).
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench 'SpeedTable|AgainstPyTorch' -benchtime 1x -timeout 40m ./train -args -speed-md $(CURDIR)/docs/speed.md
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -fuzz FuzzPrecheckGGUF -fuzztime $(GGUF_FUZZTIME) -fuzzminimizetime 5s ./llama
 	bin/confclip gen-model --arch qwen2 -o build/mutants-qwen2.gguf

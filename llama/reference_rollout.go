@@ -1,17 +1,48 @@
 package llama
 
 /*
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include "llama.h"
 
-// confclip_ref_batched_greedy is the plain C loop the rollout engine is
-// measured against: the prompt decoded once, tagged with all the group's
-// sequence ids, then one llama_decode per step with one token per live
-// sequence, the next token the argmax of its logits row. A sequence ends on an
-// end-of-generation token or after max_tokens tokens; the last token is not
-// decoded. Returns the tokens generated, or a negative value on error.
-static int confclip_ref_batched_greedy(struct llama_context * ctx, const llama_token * prompt, int n_prompt,
-                                       int group, int max_tokens) {
+// confclip_ref_next picks a sequence's next token from its logits row:
+// with sampled == 0 the argmax; otherwise a draw from the full softmax at
+// temperature 1 (the row's maximum, the exponentials into buf, a uniform
+// draw from the sequence's own xorshift64* state, a scan of the cumulative
+// sum), with the token's log-probability added to *sum_logprob, as a rollout
+// records it.
+static int confclip_ref_next(const float * logits, int n_vocab, int sampled, uint64_t * rng, float * buf, double * sum_logprob) {
+	int best = 0;
+	for (int t = 1; t < n_vocab; t++) if (logits[t] > logits[best]) best = t;
+	if (!sampled) return best;
+	const float mx = logits[best];
+	float sum = 0;
+	for (int t = 0; t < n_vocab; t++) sum += (buf[t] = expf(logits[t] - mx));
+	uint64_t x = *rng;
+	x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+	*rng = x;
+	const float u = (float) ((double) ((x * 2685821657736338717ULL) >> 11) * 0x1.0p-53) * sum;
+	float acc = 0;
+	int tok = n_vocab - 1;
+	for (int t = 0; t < n_vocab; t++) {
+		acc += buf[t];
+		if (acc > u) { tok = t; break; }
+	}
+	*sum_logprob += (double) (logits[tok] - mx) - log((double) sum);
+	return tok;
+}
+
+// confclip_ref_batched is the plain C loop the rollout engine is measured
+// against: the prompt decoded once, tagged with all the group's sequence
+// ids, then one llama_decode per step with one token per live sequence, the
+// next token the argmax of its logits row (sampled == 0) or drawn from its
+// softmax with its log-probability computed (sampled != 0, seed the draws'
+// seed). A sequence ends on an end-of-generation token or after max_tokens
+// tokens; the last token is not decoded. Returns the tokens generated, or a
+// negative value on error.
+static int confclip_ref_batched(struct llama_context * ctx, const llama_token * prompt, int n_prompt,
+                                int group, int max_tokens, int sampled, uint64_t seed, double * sum_logprob) {
 	const struct llama_vocab * vocab = llama_model_get_vocab(llama_get_model(ctx));
 	const int n_vocab = llama_vocab_n_tokens(vocab);
 	const int n_batch = (int) llama_n_batch(ctx);
@@ -20,7 +51,10 @@ static int confclip_ref_batched_greedy(struct llama_context * ctx, const llama_t
 	struct llama_batch batch = llama_batch_init(n_batch > group ? n_batch : group, 0, group);
 	int * row = malloc(sizeof(int) * group);
 	char * live = malloc(group);
+	uint64_t * rng = malloc(sizeof(uint64_t) * group);
+	float * buf = malloc(sizeof(float) * n_vocab);
 	int ret = 0;
+	for (int s = 0; s < group; s++) rng[s] = (seed + 1) * 0x9E3779B97F4A7C15ULL + (uint64_t) s * 0xBF58476D1CE4E5B9ULL + 1;
 
 	for (int i = 0; i < n_prompt;) {
 		batch.n_tokens = 0;
@@ -42,8 +76,7 @@ static int confclip_ref_batched_greedy(struct llama_context * ctx, const llama_t
 			if (!live[s]) continue;
 			const float * logits = llama_get_logits_ith(ctx, row[s]);
 			if (logits == NULL) { ret = -2; goto done; }
-			int best = 0;
-			for (int t = 1; t < n_vocab; t++) if (logits[t] > logits[best]) best = t;
+			const int best = confclip_ref_next(logits, n_vocab, sampled, &rng[s], buf, sum_logprob);
 			ret++;
 			if (llama_vocab_is_eog(vocab, best) || step == max_tokens - 1) { live[s] = 0; continue; }
 			batch.token[n] = best;
@@ -60,6 +93,8 @@ static int confclip_ref_batched_greedy(struct llama_context * ctx, const llama_t
 done:
 	free(row);
 	free(live);
+	free(rng);
+	free(buf);
 	llama_batch_free(batch);
 	return ret;
 }
@@ -78,20 +113,40 @@ import (
 // generated. The rollout benchmarks time the Go engine against it; it is not
 // meant for use.
 func ReferenceBatchedGreedy(ctx *Context, prompt []Token, group, maxTokens int) (tokens int, err error) {
+	tokens, _, err = referenceBatched(ctx, prompt, group, maxTokens, false, 0)
+	return tokens, err
+}
+
+// ReferenceBatchedSampled is ReferenceBatchedGreedy with each token drawn
+// from the full softmax at temperature 1 and its log-probability computed,
+// the work a rollout does per token, in C: each sequence has its own
+// xorshift generator seeded from seed. It returns the tokens generated and
+// the sum of their log-probabilities.
+func ReferenceBatchedSampled(ctx *Context, prompt []Token, group, maxTokens int, seed uint64) (tokens int, sumLogprob float64, err error) {
+	return referenceBatched(ctx, prompt, group, maxTokens, true, seed)
+}
+
+func referenceBatched(ctx *Context, prompt []Token, group, maxTokens int, sampled bool, seed uint64) (int, float64, error) {
 	if len(prompt) == 0 || group < 1 || group > ctx.nseq || maxTokens < 1 {
-		return 0, fmt.Errorf("llama: reference loop: %d prompt tokens, group %d (context allows %d), max tokens %d", len(prompt), group, ctx.nseq, maxTokens)
+		return 0, 0, fmt.Errorf("llama: reference loop: %d prompt tokens, group %d (context allows %d), max tokens %d", len(prompt), group, ctx.nseq, maxTokens)
 	}
 	var n C.int
+	var lp C.double
 	var msg string
+	smp := C.int(0)
+	if sampled {
+		smp = 1
+	}
 	if err := ctx.with(func(cc *C.struct_llama_context) {
 		msg = call(func() {
-			n = C.confclip_ref_batched_greedy(cc, (*C.llama_token)(unsafe.Pointer(&prompt[0])), C.int(len(prompt)), C.int(group), C.int(maxTokens))
+			n = C.confclip_ref_batched(cc, (*C.llama_token)(unsafe.Pointer(&prompt[0])), C.int(len(prompt)), C.int(group), C.int(maxTokens),
+				smp, C.uint64_t(seed), &lp)
 		})
 	}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if n < 0 {
-		return 0, fmt.Errorf("llama: %s", because(fmt.Sprintf("reference loop failed (%d)", int(n)), msg))
+		return 0, 0, fmt.Errorf("llama: %s", because(fmt.Sprintf("reference loop failed (%d)", int(n)), msg))
 	}
-	return int(n), nil
+	return int(n), float64(lp), nil
 }

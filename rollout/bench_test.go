@@ -168,6 +168,116 @@ func BenchmarkEngineVsReference(b *testing.B) {
 	}
 }
 
+// threadCounts are the thread counts the engine-against-C benchmarks run
+// at: 1, 2 and all the machine's cores.
+func threadCounts() []int {
+	ts := []int{1}
+	for _, t := range []int{2, runtime.NumCPU()} {
+		if t > ts[len(ts)-1] {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// BenchmarkEngineVsReferenceSampled times what a rollout does, G=8 sampled
+// completions of 128 tokens of one prompt at temperature 1 with each token's
+// log-probability recorded, against a C loop on llama.cpp's API doing the
+// same (llama.ReferenceBatchedSampled: the prompt decoded once, one decode
+// per step, a full-softmax draw and the token's log-probability in C) on a
+// context with the engine's settings, at 1, 2 and all cores' threads. The
+// two sides alternate, which goes first swapping every pair, and each
+// keeps its best rate; the ratio is engine/C. The greedy comparison
+// (BenchmarkEngineVsReference) stays beside it: it times the decode loop
+// without the per-token softmax.
+func BenchmarkEngineVsReferenceSampled(b *testing.B) {
+	type res struct {
+		name          string
+		threads       int
+		engine, cLoop float64
+	}
+	var rows []res
+	for _, bm := range benchModels(b) {
+		for _, threads := range threadCounts() {
+			b.Run(fmt.Sprintf("%s/threads=%d", bm.name, threads), func(b *testing.B) {
+				const group, maxTokens = 8, 128
+				m := loadModel(b, bm.path)
+				prompt, err := m.Tokenize(bm.prompt, true, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				nctx := group * (len(prompt) + maxTokens + 8)
+				e := newEngine(b, m, rollout.Options{Group: group, MaxTokens: maxTokens, Parallel: group, NCtx: nctx, Seed: 1,
+					Threads: threads, Sampling: sampler.Params{Temperature: 1}})
+				o := e.Options()
+				ref, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
+					Threads: threads, FlashAttn: o.FlashAttn, TypeK: o.KVType, TypeV: o.KVType})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ref.Close()
+				seed := uint64(0)
+				runRef := func() int {
+					seed++
+					n, _, err := llama.ReferenceBatchedSampled(ref, prompt, group, maxTokens, seed)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return n
+				}
+				runEngine := func() int { return timeGenerate(b, e, bm.prompt) }
+				runEngine() // warm up
+				runRef()
+				var re, rr float64
+				b.ResetTimer()
+				for i := range 2 * b.N {
+					if i%2 == 0 {
+						re = max(re, rate(runEngine))
+						rr = max(rr, rate(runRef))
+					} else {
+						rr = max(rr, rate(runRef))
+						re = max(re, rate(runEngine))
+					}
+				}
+				b.ReportMetric(re, "engine_tok/s")
+				b.ReportMetric(rr, "C_tok/s")
+				b.ReportMetric(re/rr, "ratio")
+				rows = append(rows, res{bm.name, threads, re, rr})
+			})
+		}
+	}
+	fmt.Printf("\nSampled rollout against the C loop (G=8 x 128 tokens, temperature 1, log-prob per token; best of each side, alternating; load average %s):\n\n", loadAverage())
+	fmt.Println("| model | threads | C loop tokens/s | engine tokens/s | engine/C |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	last := map[string]res{}
+	var order []string
+	for _, r := range rows {
+		k := fmt.Sprintf("%s/%d", r.name, r.threads)
+		if _, ok := last[k]; !ok {
+			order = append(order, k)
+		}
+		last[k] = r
+	}
+	for _, k := range order {
+		r := last[k]
+		fmt.Printf("| %s | %d | %.0f | %.0f | %.2f |\n", r.name, r.threads, r.cLoop, r.engine, r.engine/r.cLoop)
+	}
+	fmt.Println()
+}
+
+// loadAverage is /proc/loadavg's first three fields, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
 // ladder are generated models between the tiny one and bench-100m, for the
 // thread-count crossover: name, spec.
 func ladder() []modelgen.Spec {

@@ -474,6 +474,7 @@ func (e *Engine) Generate(ctx context.Context, prompts []dataset.Prompt, emit fu
 // that arrived since (Serve): it is asked without waiting before each step,
 // and, waiting, when nothing is left to decode; nil then ends the loop.
 func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit func([]dataset.Rollout) error, feed func(wait bool) []*group) error {
+	defer pinThread()()
 	c, b := e.ctx, e.batch
 	c.ClearKV()
 	slots := make([]*sequence, e.o.Parallel)
@@ -635,7 +636,7 @@ func (e *Engine) sampleAll(c *llama.Context, slots []*sequence, draws []draw) er
 		d.ch = ch
 		return nil
 	}
-	workers := min(len(e.smps), len(draws), len(draws)*e.m.NVocab()/parallelSampleWork)
+	workers := min(len(e.smps), len(draws), len(draws)*e.m.NVocab()/parallelSampleWork, e.sampleWorkers())
 	if workers <= 1 {
 		for k := range draws {
 			if err := one(0, &draws[k]); err != nil {
@@ -645,19 +646,45 @@ func (e *Engine) sampleAll(c *llama.Context, slots []*sequence, draws []draw) er
 		return nil
 	}
 	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for k := w; k < len(draws); k += workers {
-				if err := one(w, &draws[k]); err != nil {
-					errs[w] = err
-					return
-				}
+	part := func(w int) {
+		for k := w; k < len(draws); k += workers {
+			if err := one(w, &draws[k]); err != nil {
+				errs[w] = err
+				return
 			}
-		})
+		}
 	}
+	var wg sync.WaitGroup
+	for w := 1; w < workers; w++ {
+		wg.Go(func() { part(w) })
+	}
+	part(0) // on the decoding thread
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// sampleWorkers is how many goroutines may sample between two decodes: the
+// cores the decode's threads leave free, plus the decoding thread itself.
+// ggml's worker threads spin for a while after each graph (OpenMP's wait
+// policy) waiting for the next one; a sampling goroutine put on a core one
+// of them spins on gets half of it, and the step waits for that goroutine.
+// With as many threads as cores (the default for a large model) the rows
+// are sampled on the decoding thread alone, as a C loop would: on two cores
+// that took a rollout from 0.6x to NNN of the C loop's rate
+// (BenchmarkEngineVsReferenceSampled).
+func (e *Engine) sampleWorkers() int {
+	return max(1, runtime.NumCPU()-e.o.Threads+1)
+}
+
+// pinThread locks the calling goroutine to its OS thread for a decode loop
+// and returns the unlock. ggml's CPU backend runs a graph on an OpenMP team
+// whose workers belong to the thread that starts it: decodes started from
+// different OS threads (a goroutine moves between them) each get a team of
+// their own, and the idle teams' spinning workers take cores from the one
+// at work. One thread for the whole loop keeps one team.
+func pinThread() func() {
+	runtime.LockOSThread()
+	return runtime.UnlockOSThread
 }
 
 // parallelSampleWork is the logits a sampling goroutine should have to scan

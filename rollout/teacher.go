@@ -121,6 +121,7 @@ func (e *Engine) forcedRecord(r *dataset.Rollout) (*forced, error) {
 // force runs the records through the model, packing as many sequences into
 // each decode as the batch, the sequence slots and the KV cache allow.
 func (e *Engine) force(ctx context.Context, queue []*forced) error {
+	defer pinThread()()
 	c, b := e.ctx, e.batch
 	c.ClearKV()
 	free := make([]int, 0, e.o.Parallel)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -346,6 +347,11 @@ func (t *Trainer) Gradient(ctx context.Context, exs []Example) (StepStats, error
 // depend on them: an importance ratio against given old log-probs, or the
 // KL term; then a gradient-free forward comes first.
 func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (StepStats, error) {
+	// Every pass from one OS thread: ggml's OpenMP team belongs to the
+	// thread that starts a graph, and a second team's spinning workers
+	// would take cores from the first (rollout's pinThread).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	start := time.Now()
 	obj := Objective{EpsLow: t.cfg.EpsLow, EpsHigh: t.cfg.EpsHigh, Beta: t.cfg.Beta}
 	adv := make([]float64, len(exs))
