@@ -377,7 +377,7 @@ func TestExportsKeepUserFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	verl, trl := filepath.Join(dir, "verl.jsonl"), filepath.Join(dir, "trl.jsonl")
-	for _, o := range []ExportOptions{{In: scored, Out: verl, Layout: LayoutVerl}, {In: scored, Out: trl, Layout: LayoutTRL}} {
+	for _, o := range []ExportOptions{{In: scored, Out: verl, Layout: dataset.LayoutVerl}, {In: scored, Out: trl, Layout: dataset.LayoutTRL}} {
 		sum, err := Export(o)
 		if err != nil {
 			t.Fatal(err)

@@ -406,7 +406,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
 	t2 := time.Now()
-	recs, err := ReadTrainExamples(trainSet)
+	recs, err := dataset.ReadTrainExamples(trainSet)
 	if err != nil {
 		return StepMetrics{}, err
 	}

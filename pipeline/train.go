@@ -160,7 +160,7 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	if err := cfg.ValidateTables("model", "train"); err != nil {
 		return sum, err
 	}
-	recs, err := ReadTrainExamples(o.Data)
+	recs, err := dataset.ReadTrainExamples(o.Data)
 	if err != nil {
 		return sum, err
 	}

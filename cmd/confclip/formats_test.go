@@ -11,6 +11,7 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/dataset/parquetio"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -100,7 +101,7 @@ func TestPromptShapesEndToEnd(t *testing.T) {
 				}
 				var rows []map[string]any
 				if strings.HasSuffix(layout, "parquet") {
-					rows, err = dataset.ReadParquetRows(out)
+					rows, err = parquetio.ReadRows(out)
 				} else {
 					rows, _, _, err = dataset.ReadFile[map[string]any](out, false)
 				}
