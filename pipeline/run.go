@@ -66,6 +66,22 @@ type RunOptions struct {
 	// Remote, when set, samples each step's groups on these workers
 	// ([rollout] endpoints, remote.go) instead of the local engine.
 	Remote RemoteRollouts
+	// Plot, when set, draws the metrics so far after every step and at the
+	// end (reporting.RunPlots draws confclip run's charts); its files are
+	// RunResult.Plots. Nil draws nothing.
+	Plot RunPlotter
+}
+
+// RunPlotter draws a run's metrics rows into files in dir and returns
+// their paths.
+type RunPlotter func(cfg Config, rows []StepMetrics, dir string) ([]string, error)
+
+// plot runs the options' plotter into the run folder's plots/.
+func (o RunOptions) plot(cfg Config, rows []StepMetrics) ([]string, error) {
+	if o.Plot == nil {
+		return nil, nil
+	}
+	return o.Plot(cfg, rows, filepath.Join(cfg.Run.Out, "plots"))
 }
 
 // RunResult is what a run ended with.
@@ -254,7 +270,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
 			return res, err
 		}
-		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots"), RewardName(cfg.Reward)); err != nil {
+		if _, err := o.plot(cfg, mlog.Rows()); err != nil {
 			return res, err
 		}
 		done++
@@ -273,7 +289,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		}
 	}
 	res.Rows = mlog.Rows()
-	res.Plots, err = Plot(res.Rows, filepath.Join(dir, "plots"), RewardName(cfg.Reward))
+	res.Plots, err = o.plot(cfg, res.Rows)
 	if err != nil {
 		return res, err
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,7 +79,12 @@ func sameRunMetrics(t *testing.T, a, b []StepMetrics) {
 func TestRunResumesExactly(t *testing.T) {
 	cfg := runFixture(t)
 	ctx := context.Background()
-	whole, err := Run(ctx, RunOptions{Config: cfg})
+	plots := 0 // the plotter is called after every step and at the end
+	plot := func(c Config, rows []StepMetrics, dir string) ([]string, error) {
+		plots++
+		return []string{filepath.Join(dir, fmt.Sprintf("rows-%d", len(rows)))}, nil
+	}
+	whole, err := Run(ctx, RunOptions{Config: cfg, Plot: plot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +95,9 @@ func TestRunResumesExactly(t *testing.T) {
 	if !trained {
 		t.Fatal("the fixture never trained (no reward spread): the test would prove nothing")
 	}
-	if len(whole.Rows) != cfg.Run.Steps+1 || whole.Before == nil || whole.After == nil || len(whole.Plots) == 0 {
-		t.Fatalf("rows %d, before %v, after %v, plots %v", len(whole.Rows), whole.Before, whole.After, whole.Plots)
+	if len(whole.Rows) != cfg.Run.Steps+1 || whole.Before == nil || whole.After == nil || plots != cfg.Run.Steps+1 ||
+		!slices.Equal(whole.Plots, []string{filepath.Join(cfg.Run.Out, "plots", fmt.Sprintf("rows-%d", cfg.Run.Steps+1))}) {
+		t.Fatalf("rows %d, before %v, after %v, plotter called %d times, plots %v", len(whole.Rows), whole.Before, whole.After, plots, whole.Plots)
 	}
 
 	// The same run, stopped after two steps, then killed in the middle of

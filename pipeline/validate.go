@@ -205,11 +205,11 @@ func (c Config) Validate() error {
 	atLeast("run.eval_every", rn.EvalEvery, 0, "want 0 (never) or a number of steps")
 
 	for _, arm := range c.Experiment.Arms {
-		if _, err := armByName(arm); err != nil {
+		if _, err := ArmByName(arm); err != nil {
 			bad("experiment.arms", "%v", err)
 		}
 	}
-	if err := checkStarts(c.Experiment); err != nil {
+	if err := CheckStarts(c.Experiment); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/reporting"
 	"github.com/confclip/confclip/train"
 	"github.com/urfave/cli/v3"
 )
@@ -370,7 +371,7 @@ func TestDocumentedClaims(t *testing.T) {
 		return string(b)
 	}
 	quick, makefile := read("../../docs/quickstart.md"), read("../../Makefile")
-	header, _, _ := strings.Cut(pipeline.ExperimentTable(nil, 1), "\n")
+	header, _, _ := strings.Cut(reporting.ExperimentTable(nil, 1), "\n")
 	if !strings.Contains(quick, "    "+header+"\n") {
 		t.Errorf("docs/quickstart.md does not show the table experiment prints:\n%s", header)
 	}

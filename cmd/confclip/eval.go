@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/reporting"
 )
 
 func init() {
@@ -60,7 +61,7 @@ func evalCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	if p := c.String("junit"); p != "" {
-		if err := pipeline.WriteFileAtomic(p, func(w io.Writer) error { return pipeline.WriteJUnit(w, res) }); err != nil {
+		if err := pipeline.WriteFileAtomic(p, func(w io.Writer) error { return reporting.WriteJUnit(w, res) }); err != nil {
 			return err
 		}
 	}
