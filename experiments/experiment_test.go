@@ -3,7 +3,6 @@ package experiments
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,61 +10,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/internal/pipelinetest"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
 )
-
-// runFixture (as pipeline's run tests) writes the tiny generated model and prompts for a task that a
-// random model solves about half the time (the format verifier accepts a
-// completion that starts with a letter from a to m), so that groups have
-// reward spread and the adapter really trains.
-func runFixture(t *testing.T) pipeline.Config {
-	t.Helper()
-	dir := t.TempDir()
-	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
-		t.Fatal(err)
-	}
-	write := func(name string, n int) string {
-		path := filepath.Join(dir, name)
-		w, err := dataset.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n; i++ {
-			w.Write(dataset.Prompt{ID: fmt.Sprintf("%s-%d", name, i), Prompt: fmt.Sprintf("Say %d:", i), Answer: "x"})
-		}
-		if err := w.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	cfg := pipeline.DefaultConfig()
-	cfg.Model.Path = model
-	cfg.Model.Ctx = 128
-	cfg.Data.Train = write("train.jsonl", 6)
-	cfg.Data.Eval = write("eval.jsonl", 3)
-	cfg.Verifier.Name = "format"
-	cfg.Verifier.Pattern = `^\s*[a-m]`
-	cfg.Rollout.Group = 4
-	cfg.Rollout.MaxTokens = 6
-	cfg.Train.LR = 2e-2
-	cfg.Train.MicroBatch = 256
-	cfg.Train.LoraRank = 4
-	cfg.Run.Steps = 4
-	cfg.Run.PromptsPerStep = 3
-	cfg.Run.EvalEvery = 2
-	cfg.Run.Out = filepath.Join(dir, "run")
-	return cfg
-}
 
 // experimentFixture is runFixture's model and data as a two-arm, one-seed
 // experiment of one step with an evaluation before and after.
 func experimentFixture(t *testing.T) pipeline.Config {
 	t.Helper()
-	cfg := runFixture(t)
+	cfg := pipelinetest.RunFixture(t)
 	cfg.Run.Steps, cfg.Run.EvalEvery = 1, 1
 	cfg.Experiment.Arms = []string{"binary_grpo", "confclip_grpo"}
 	cfg.Experiment.Seeds = []uint64{1}

@@ -12,6 +12,7 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/shard"
 )
 
 // EngineOptions maps the [rollout] and [model] tables onto the rollout
@@ -53,7 +54,7 @@ type EvalOptions struct {
 	Dir string
 	// Shard, when set, evaluates only the prompts of one shard (shard.go);
 	// MergeEval joins the shards' results.
-	Shard Shard
+	Shard shard.Shard
 	// Progress, when set, receives EvalProgress events.
 	Progress func(Event)
 }
@@ -214,9 +215,6 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 	for i, msg := range failed {
 		res.Cases[i].Error = msg
 	}
-	var conf []float64
-	var correct []bool
-	tokens := 0
 	for _, r := range recs {
 		i, ok := byID[r.PromptID]
 		if !ok || res.Cases[i].Error != "" {
@@ -225,19 +223,55 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 		c := &res.Cases[i]
 		c.Correct, c.Extracted, c.Reason = r.VerifierResult.Correct, r.VerifierResult.Extracted, r.VerifierResult.Reason
 		c.Text, c.Tokens, c.Confidence = r.Text, len(r.Tokens), r.Confidence
-		tokens += len(r.Tokens)
-		conf = append(conf, r.Confidence)
-		correct = append(correct, c.Correct)
 	}
-	for _, c := range res.Cases {
-		if c.Error != "" {
-			res.Failed++
-		} else if c.Correct {
-			res.Correct++
+	if sampled != nil {
+		srecs, _, err := generateAndScore(ctx, cfg, sampled, pf, filepath.Join(dir, "sampled"), phaseProgress(progress, "sampled"))
+		if err != nil {
+			return res, err
+		}
+		res.Samples = sampled.Options().Group
+		for _, r := range srecs {
+			if i, ok := byID[r.PromptID]; ok && r.VerifierResult.Correct {
+				res.Cases[i].SampledCorrect++
+			}
 		}
 	}
-	res.Accuracy = float64(res.Correct) / float64(res.Prompts)
-	if n := len(recs); n > 0 {
+	res.SetStats()
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// SetStats computes the result's counts and statistics from its cases:
+// failed and correct prompts, accuracy, the mean length and calibration of
+// the generated completions, and with samples the sampled accuracy and
+// pass@K. Evaluate builds its result this way, and merging shards rebuilds
+// the whole's from the cases.
+func (res *EvalResult) SetStats() {
+	res.Prompts = len(res.Cases)
+	res.Failed, res.Correct = 0, 0
+	var conf []float64
+	var correct []bool
+	tokens, sampledRight, passed := 0, 0, 0
+	for _, c := range res.Cases {
+		switch {
+		case c.Error != "":
+			res.Failed++
+			continue
+		case c.Correct:
+			res.Correct++
+		}
+		tokens += c.Tokens
+		conf = append(conf, c.Confidence)
+		correct = append(correct, c.Correct)
+		sampledRight += c.SampledCorrect
+		if c.SampledCorrect > 0 {
+			passed++
+		}
+	}
+	if res.Prompts > 0 {
+		res.Accuracy = float64(res.Correct) / float64(res.Prompts)
+	}
+	if n := len(conf); n > 0 {
 		res.MeanTokens = float64(tokens) / float64(n)
 		cal := confclip.Calibrate(conf, correct)
 		res.ECE, res.Brier = ptr(cal.ECE), ptr(cal.Brier)
@@ -245,28 +279,10 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 			res.AUROC = ptr(cal.AUROC)
 		}
 	}
-	if sampled != nil {
-		srecs, _, err := generateAndScore(ctx, cfg, sampled, pf, filepath.Join(dir, "sampled"), phaseProgress(progress, "sampled"))
-		if err != nil {
-			return res, err
-		}
-		k := sampled.Options().Group
-		res.Samples = k
-		right, pass := 0, map[string]bool{}
-		for _, r := range srecs {
-			if r.VerifierResult.Correct {
-				right++
-				pass[r.PromptID] = true
-				if i, ok := byID[r.PromptID]; ok {
-					res.Cases[i].SampledCorrect++
-				}
-			}
-		}
-		res.SampledAccuracy = ptr(float64(right) / float64(k*res.Prompts))
-		res.PassAtK = ptr(float64(len(pass)) / float64(res.Prompts))
+	if res.Samples > 1 && res.Prompts > 0 {
+		res.SampledAccuracy = ptr(float64(sampledRight) / float64(res.Samples*res.Prompts))
+		res.PassAtK = ptr(float64(passed) / float64(res.Prompts))
 	}
-	res.Seconds = time.Since(start).Seconds()
-	return res, nil
 }
 
 func ptr(x float64) *float64 { return &x }

@@ -299,3 +299,12 @@ func writeMetricsJSONL(path string, rows []StepMetrics) error {
 func WriteFileAtomic(path string, write func(io.Writer) error) error {
 	return atomicfile.Write(path, write)
 }
+
+// WriteJSON writes v as indented JSON to path, atomically.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/rollout"
+	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -37,7 +37,7 @@ type RolloutOptions struct {
 	// Progress, when set, receives a RolloutProgress after each group.
 	Progress func(Event)
 	// Shard, when set, takes only the prompts of one shard (shard.go).
-	Shard Shard
+	Shard shard.Shard
 	// Source, when set, generates the groups instead of the model (which
 	// may then be nil): an OpenAI-compatible server (server.Client).
 	Source RolloutSource
@@ -309,7 +309,7 @@ func resumeRollouts(out string, G int, prov RolloutProvenance) (map[string]bool,
 	pp := ProvenancePath(out)
 	fi, err := os.Stat(out)
 	if errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
-		return nil, writeProvenance(pp, prov)
+		return nil, WriteJSON(pp, prov)
 	}
 	if err != nil {
 		return nil, err
@@ -375,14 +375,6 @@ func resumeRollouts(out string, G int, prov RolloutProvenance) (map[string]bool,
 		}
 	}
 	return done, nil
-}
-
-func writeProvenance(path string, p RolloutProvenance) error {
-	b, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
-		return err
-	}
-	return WriteFileAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
 }
 
 // Diff lists how p differs from old ("rollout.temperature: 1 in the file,

@@ -15,6 +15,7 @@ import (
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -48,7 +49,7 @@ type ScoreOptions struct {
 	PromptMap string
 	// Shard, when set, scores only the groups of one shard (shard.go); a
 	// malformed line, which has no prompt id, is counted by shard 0 only.
-	Shard Shard
+	Shard shard.Shard
 }
 
 // NewScoreOptions takes the scoring tables of a config.
@@ -119,6 +120,24 @@ type Skipped struct {
 }
 
 const maxSkipExamples = 20
+
+// Add counts another part's skipped records and groups into s (merging
+// shards' summaries), keeping the first examples.
+func (s *Skipped) Add(o Skipped) {
+	s.Records += o.Records
+	s.Groups += o.Groups
+	for k, v := range o.Reasons {
+		if s.Reasons == nil {
+			s.Reasons = map[string]int{}
+		}
+		s.Reasons[k] += v
+	}
+	for _, e := range o.Examples {
+		if len(s.Examples) < maxSkipExamples {
+			s.Examples = append(s.Examples, e)
+		}
+	}
+}
 
 func (s *Skipped) add(kind string, n int, err error) {
 	s.Records += n
@@ -191,7 +210,7 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	recs = shardFilter(opts.Shard, recs, func(sr **scoreRecord) string { return (*sr).rec.PromptID })
+	recs = shard.Filter(opts.Shard, recs, func(sr **scoreRecord) string { return (*sr).rec.PromptID })
 	forced, err := s.teacherForce(ctx, recs)
 	if err != nil {
 		return Summary{}, err
@@ -384,10 +403,49 @@ func (s *scorer) noLogprobs(r *dataset.Rollout) error {
 
 // hasConfidenceInput reports whether the record carries what the estimator reads.
 func (s *scorer) hasConfidenceInput(r *dataset.Rollout) bool {
-	if s.estimator.NeedsEntropies {
+	return hasConfidenceInput(r, s.estimator.NeedsEntropies)
+}
+
+// hasConfidenceInput reports whether a record carries what a confidence
+// estimator reads: log-probs, or entropies for one that needs them.
+func hasConfidenceInput(r *dataset.Rollout, needsEntropies bool) bool {
+	if needsEntropies {
 		return len(r.Entropies) > 0
 	}
 	return len(r.Logprobs) > 0
+}
+
+// SetStats computes the summary's statistics from its scored records, group
+// by group (the samples of one prompt): reward and binary-reward statistics,
+// outcomes (accuracy, lengths), and the calibration of the records whose
+// confidence had its input (hasConfidenceInput). Score builds its summary
+// this way, and merging shards rebuilds the whole's from the records.
+func (s *Summary) SetStats(reward string, needsEntropies bool, groups [][]*dataset.Scored) {
+	rewards, binary := make([][]float64, len(groups)), make([][]float64, len(groups))
+	correct, lengths := make([][]bool, len(groups)), make([][]int, len(groups))
+	var confs []float64
+	var confCorrect []bool
+	for gi, g := range groups {
+		for _, r := range g {
+			b := []float64{0}
+			confclip.Binary(b, []float64{r.VerifierResult.Score})
+			rewards[gi] = append(rewards[gi], r.Reward)
+			binary[gi] = append(binary[gi], b[0])
+			correct[gi] = append(correct[gi], r.VerifierResult.Correct)
+			lengths[gi] = append(lengths[gi], tokenCount(&r.Rollout))
+			if hasConfidenceInput(&r.Rollout, needsEntropies) {
+				confs = append(confs, r.Confidence)
+				confCorrect = append(confCorrect, r.VerifierResult.Correct)
+			}
+		}
+	}
+	s.Reward = confclip.RewardStatsOf(reward, rewards)
+	s.Binary = confclip.RewardStatsOf("binary", binary)
+	s.Outcomes = confclip.OutcomeStatsOf(correct, lengths)
+	if len(confs) > 0 {
+		cal := confclip.Calibrate(confs, confCorrect)
+		s.Calibration = &cal
+	}
 }
 
 // checkTokens checks that the per-token arrays agree in length and that the
@@ -619,35 +677,26 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 	}
 	rewards := make([][]float64, len(groups))
 	advs, truncs := make([][]float64, len(groups)), make([][]bool, len(groups))
-	binary := make([][]float64, len(groups))
-	correct := make([][]bool, len(groups))
-	lengths := make([][]int, len(groups))
-	var confs []float64
-	var confCorrect []bool
+	scored := make([][]*dataset.Scored, len(groups))
 	for gi, g := range groups {
 		n := len(g)
-		v, c, format := make([]float64, n), make([]float64, n), make([]float64, n)
-		correct[gi], lengths[gi] = make([]bool, n), make([]int, n)
+		v, c, format, lengths := make([]float64, n), make([]float64, n), make([]float64, n), make([]int, n)
 		truncated := make([]bool, n)
 		for j, sr := range g {
 			sc := s.scored(sr)
 			sr.out = sc
+			scored[gi] = append(scored[gi], sc)
 			v[j], format[j] = sc.VerifierResult.Score, sr.format
 			c[j] = sc.Confidence
-			correct[gi][j] = sc.VerifierResult.Correct
-			lengths[gi][j] = tokenCount(&sr.rec)
+			lengths[j] = tokenCount(&sr.rec)
 			truncated[j] = sr.rec.Finish == dataset.FinishLength
-			if s.hasConfidenceInput(&sr.rec) {
-				confs = append(confs, sc.Confidence)
-				confCorrect = append(confCorrect, sc.VerifierResult.Correct)
-				if sc.ConfidenceScope != o.Confidence.Scope {
-					sum.ScopeFallbacks++
-				}
+			if hasConfidenceInput(&sr.rec, s.estimator.NeedsEntropies) && sc.ConfidenceScope != o.Confidence.Scope {
+				sum.ScopeFallbacks++
 			}
 		}
 		r, a := make([]float64, n), make([]float64, n)
 		s.reward.Group(r, v, c)
-		s.shaping.Apply(r, format, lengths[gi])
+		s.shaping.Apply(r, format, lengths)
 		s.advantage(a, r)
 		if o.Advantage.MaskTruncated {
 			confclip.MaskTruncated(a, truncated)
@@ -661,8 +710,6 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 			sr.out.Reward, sr.out.Advantage = r[j], a[j]
 		}
 		rewards[gi], advs[gi], truncs[gi] = r, a, truncated
-		binary[gi] = make([]float64, n)
-		confclip.Binary(binary[gi], v)
 	}
 	if o.Advantage.Scale == confclip.ScaleBatch {
 		// The batch's std needs every group's rewards: a second pass.
@@ -681,13 +728,7 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 		out[i] = sr.out
 	}
 	sum.Records = len(out)
-	sum.Reward = confclip.RewardStatsOf(s.reward.Name, rewards)
-	sum.Binary = confclip.RewardStatsOf("binary", binary)
-	sum.Outcomes = confclip.OutcomeStatsOf(correct, lengths)
-	if len(confs) > 0 {
-		cal := confclip.Calibrate(confs, confCorrect)
-		sum.Calibration = &cal
-	}
+	sum.SetStats(s.reward.Name, s.estimator.NeedsEntropies, scored)
 	sum.Skipped = s.skipped
 	return out, sum
 }

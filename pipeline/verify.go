@@ -13,6 +13,7 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -60,7 +61,7 @@ type VerifyFileOptions struct {
 	// Shard, when set, verifies only the lines of one shard (shard.go), by
 	// their prompt_id (or id), or by line for lines without one; each
 	// result then also has the input's line and id.
-	Shard Shard
+	Shard shard.Shard
 }
 
 // VerifySummary counts what VerifyFile checked.
@@ -185,7 +186,7 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 		if err != nil {
 			return sum, err
 		}
-		if !o.Shard.Has(shardKey(cmp.Or(rec.PromptID, rec.ID), r.Line())) {
+		if !o.Shard.Has(shard.Key(cmp.Or(rec.PromptID, rec.ID), r.Line())) {
 			continue
 		}
 		if rec.Answer == nil || rec.Completion == nil {

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/urfave/cli/v3"
-
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/shard"
+	"github.com/confclip/confclip/shard/merge"
+	"github.com/urfave/cli/v3"
 )
 
 // shardFlags are --shard and --shard-count, on every command that a batch
@@ -21,8 +22,8 @@ func shardFlags() []cli.Flag {
 }
 
 // shardOf is the shard the flags (and the environment) give.
-func shardOf(c *cli.Command) (pipeline.Shard, error) {
-	s, err := pipeline.ResolveShard(c.String("shard"), c.Int("shard-count"), nil)
+func shardOf(c *cli.Command) (shard.Shard, error) {
+	s, err := shard.Resolve(c.String("shard"), c.Int("shard-count"), nil)
 	if err != nil {
 		return s, cli.Exit(fmt.Sprintf("%s: %v", c.FullName(), err), 2)
 	}
@@ -65,7 +66,7 @@ func init() {
 }
 
 func mergeRolloutsCmd(ctx context.Context, c *cli.Command) error {
-	res, err := pipeline.MergeRollouts(c.Args().Slice(), c.String("out"))
+	res, err := merge.Rollouts(c.Args().Slice(), c.String("out"))
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func mergeRolloutsCmd(ctx context.Context, c *cli.Command) error {
 }
 
 func mergeScoresCmd(ctx context.Context, c *cli.Command) error {
-	res, err := pipeline.MergeScores(c.Args().Slice(), c.String("out"))
+	res, err := merge.Scores(c.Args().Slice(), c.String("out"))
 	if err != nil {
 		return err
 	}
@@ -89,7 +90,7 @@ func mergeScoresCmd(ctx context.Context, c *cli.Command) error {
 }
 
 func mergeEvalCmd(ctx context.Context, c *cli.Command) error {
-	res, err := pipeline.MergeEval(c.Args().Slice())
+	res, err := merge.Eval(c.Args().Slice())
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,8 @@
-package pipeline
+package merge
 
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,10 +11,12 @@ import (
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/shard"
 )
 
-// MergeResult says what a merge joined.
-type MergeResult struct {
+// Result says what a merge joined.
+type Result struct {
 	Out     string   `json:"out"`
 	Shards  int      `json:"shards"`
 	Groups  int      `json:"groups"`
@@ -26,29 +27,29 @@ type MergeResult struct {
 // checkShards parses each input's shard ("K/N") and checks that together
 // they are 0..N-1, each once; it returns the inputs' order by shard, each
 // input's shard, and the whole (N).
-func checkShards(what string, files, specs []string) ([]int, []Shard, Shard, error) {
+func checkShards(what string, files, specs []string) ([]int, []shard.Shard, shard.Shard, error) {
 	if len(files) == 0 {
-		return nil, nil, Shard{}, fmt.Errorf("merge: no %s to merge", what)
+		return nil, nil, shard.Shard{}, fmt.Errorf("merge: no %s to merge", what)
 	}
 	byK := map[int]string{}
 	order := make([]int, len(files))
-	shards := make([]Shard, len(files))
+	shards := make([]shard.Shard, len(files))
 	n := 0
 	for i, spec := range specs {
 		if spec == "" {
-			return nil, nil, Shard{}, fmt.Errorf("%s: not a shard's %s (no shard recorded): nothing to merge it with", files[i], what)
+			return nil, nil, shard.Shard{}, fmt.Errorf("%s: not a shard's %s (no shard recorded): nothing to merge it with", files[i], what)
 		}
-		s, err := ParseShard(spec)
+		s, err := shard.Parse(spec)
 		if err != nil {
-			return nil, nil, Shard{}, fmt.Errorf("%s: %w", files[i], err)
+			return nil, nil, shard.Shard{}, fmt.Errorf("%s: %w", files[i], err)
 		}
 		if i == 0 {
 			n = s.N
 		} else if s.N != n {
-			return nil, nil, Shard{}, fmt.Errorf("%s is shard %s but %s is shard %s: the shards come from jobs of different sizes", files[i], spec, files[0], specs[0])
+			return nil, nil, shard.Shard{}, fmt.Errorf("%s is shard %s but %s is shard %s: the shards come from jobs of different sizes", files[i], spec, files[0], specs[0])
 		}
 		if prev, dup := byK[s.K]; dup {
-			return nil, nil, Shard{}, fmt.Errorf("shard %s is given twice: %s and %s", spec, prev, files[i])
+			return nil, nil, shard.Shard{}, fmt.Errorf("shard %s is given twice: %s and %s", spec, prev, files[i])
 		}
 		byK[s.K] = files[i]
 		order[i], shards[i] = s.K, s
@@ -60,35 +61,35 @@ func checkShards(what string, files, specs []string) ([]int, []Shard, Shard, err
 		}
 	}
 	if len(missing) > 0 {
-		return nil, nil, Shard{}, fmt.Errorf("merge: shard %s missing (%d of %d given)", strings.Join(missing, ", "), len(files), n)
+		return nil, nil, shard.Shard{}, fmt.Errorf("merge: shard %s missing (%d of %d given)", strings.Join(missing, ", "), len(files), n)
 	}
 	idx := make([]int, len(files))
 	for i := range idx {
 		idx[i] = i
 	}
 	sort.Slice(idx, func(a, b int) bool { return order[idx[a]] < order[idx[b]] })
-	return idx, shards, Shard{N: n}, nil
+	return idx, shards, shard.Shard{N: n}, nil
 }
 
-// MergeRollouts joins the rollout files of the N shards of one job into out
+// Rollouts joins the rollout files of the N shards of one job into out
 // (with its provenance file), shard by shard. It checks that every file was
 // made by the same model, adapter and options (their provenance files), that
 // the shards are 0..N-1 each once, that every group belongs to the shard
 // its file says, holds G samples, and is in no other file.
-func MergeRollouts(inputs []string, out string) (MergeResult, error) {
-	res := MergeResult{Out: out}
+func Rollouts(inputs []string, out string) (Result, error) {
+	res := Result{Out: out}
 	if err := atomicfile.NotInput(out, inputs...); err != nil {
 		return res, err
 	}
-	provs := make([]RolloutProvenance, len(inputs))
+	provs := make([]pipeline.RolloutProvenance, len(inputs))
 	specs := make([]string, len(inputs))
 	for i, in := range inputs {
-		b, err := os.ReadFile(ProvenancePath(in))
+		b, err := os.ReadFile(pipeline.ProvenancePath(in))
 		if err != nil {
 			return res, fmt.Errorf("%s: its provenance file says which shard it is and what made it: %w", in, err)
 		}
 		if err := json.Unmarshal(b, &provs[i]); err != nil {
-			return res, fmt.Errorf("%s: %w", ProvenancePath(in), err)
+			return res, fmt.Errorf("%s: %w", pipeline.ProvenancePath(in), err)
 		}
 		specs[i] = provs[i].Shard
 	}
@@ -124,7 +125,7 @@ func MergeRollouts(inputs []string, out string) (MergeResult, error) {
 			r := &recs[j]
 			if !s.Has(r.PromptID) {
 				w.Abort()
-				return res, fmt.Errorf("%s:%d: prompt %q belongs to shard %d/%d, not %s", in, lines[j], r.PromptID, ShardOf(r.PromptID, s.N), s.N, specs[i])
+				return res, fmt.Errorf("%s:%d: prompt %q belongs to shard %d/%d, not %s", in, lines[j], r.PromptID, shard.Of(r.PromptID, s.N), s.N, specs[i])
 			}
 			if prev, ok := owner[r.PromptID]; ok && prev != in {
 				w.Abort()
@@ -158,21 +159,21 @@ func MergeRollouts(inputs []string, out string) (MergeResult, error) {
 	res.Shards = whole.N
 	merged := first
 	merged.Shard = ""
-	if err := writeProvenance(ProvenancePath(out), merged); err != nil {
+	if err := pipeline.WriteJSON(pipeline.ProvenancePath(out), merged); err != nil {
 		w.Abort()
 		return res, err
 	}
 	return res, w.Commit()
 }
 
-// ScoreMergeResult is MergeScores' output: the merged records' file and the
+// ScoreResult is Scores' output: the merged records' file and the
 // summary of all of them.
-type ScoreMergeResult struct {
-	MergeResult
-	Summary Summary `json:"summary"`
+type ScoreResult struct {
+	Result
+	Summary pipeline.Summary `json:"summary"`
 }
 
-// MergeScores joins the scored files of the N shards of one score job,
+// Scores joins the scored files of the N shards of one score job,
 // given by their summaries (Score's JSON, whose "out" names the scored file,
 // relative to the summary's folder when it is not found as written), into
 // out, and computes the summary of the whole from the records themselves
@@ -180,9 +181,9 @@ type ScoreMergeResult struct {
 // averages; counts that only the summaries hold (records skipped,
 // teacher-forced, masked, scope fallbacks) are added. The shards must have
 // been scored with the same verifier, confidence, reward and advantage.
-func MergeScores(summaries []string, out string) (ScoreMergeResult, error) {
-	res := ScoreMergeResult{MergeResult: MergeResult{Out: out}}
-	sums := make([]Summary, len(summaries))
+func Scores(summaries []string, out string) (ScoreResult, error) {
+	res := ScoreResult{Result: Result{Out: out}}
+	sums := make([]pipeline.Summary, len(summaries))
 	specs := make([]string, len(summaries))
 	for i, path := range summaries {
 		b, err := os.ReadFile(path)
@@ -212,17 +213,13 @@ func MergeScores(summaries []string, out string) (ScoreMergeResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", summaries[order[0]], err)
 	}
-	total := Summary{Out: out, Verifier: f.Verifier, ConfidenceEstimator: f.ConfidenceEstimator, ConfidenceScope: f.ConfidenceScope, Advantage: f.Advantage}
+	total := pipeline.Summary{Out: out, Verifier: f.Verifier, ConfidenceEstimator: f.ConfidenceEstimator, ConfidenceScope: f.ConfidenceScope, Advantage: f.Advantage}
 	var inputs []string
 	w, err := dataset.Create(out)
 	if err != nil {
 		return res, err
 	}
-	var rewards, binary [][]float64
-	var correct [][]bool
-	var lengths [][]int
-	var confs []float64
-	var confCorrect []bool
+	var groups [][]*dataset.Scored
 	owner := map[string]string{}
 	for _, i := range order {
 		s := sums[i]
@@ -246,7 +243,7 @@ func MergeScores(summaries []string, out string) (ScoreMergeResult, error) {
 		}
 		sh := shards[i]
 		index := map[string]int{}
-		start := len(rewards)
+		start := len(groups)
 		for j := range recs {
 			r := &recs[j]
 			if !sh.Has(r.PromptID) {
@@ -260,31 +257,17 @@ func MergeScores(summaries []string, out string) (ScoreMergeResult, error) {
 			owner[r.PromptID] = in
 			g, ok := index[r.PromptID]
 			if !ok {
-				g = len(rewards)
+				g = len(groups)
 				index[r.PromptID] = g
-				rewards, binary = append(rewards, nil), append(binary, nil)
-				correct, lengths = append(correct, nil), append(lengths, nil)
+				groups = append(groups, nil)
 			}
-			b := []float64{0}
-			confclip.Binary(b, []float64{r.VerifierResult.Score})
-			rewards[g] = append(rewards[g], r.Reward)
-			binary[g] = append(binary[g], b[0])
-			correct[g] = append(correct[g], r.VerifierResult.Correct)
-			lengths[g] = append(lengths[g], tokenCount(&r.Rollout))
-			has := len(r.Logprobs) > 0
-			if est.NeedsEntropies {
-				has = len(r.Entropies) > 0
-			}
-			if has {
-				confs = append(confs, r.Confidence)
-				confCorrect = append(confCorrect, r.VerifierResult.Correct)
-			}
+			groups[g] = append(groups[g], r)
 			if err := w.Write(r); err != nil {
 				w.Abort()
 				return res, err
 			}
 		}
-		if got := len(rewards) - start; got != s.Groups {
+		if got := len(groups) - start; got != s.Groups {
 			w.Abort()
 			return res, fmt.Errorf("%s holds %d groups but its summary %s says %d", in, got, summaries[i], s.Groups)
 		}
@@ -292,58 +275,40 @@ func MergeScores(summaries []string, out string) (ScoreMergeResult, error) {
 		total.ScopeFallbacks += s.ScopeFallbacks
 		total.TeacherForced += s.TeacherForced
 		total.MaskedTruncated += s.MaskedTruncated
-		total.Skipped.Records += s.Skipped.Records
-		total.Skipped.Groups += s.Skipped.Groups
-		for k, v := range s.Skipped.Reasons {
-			if total.Skipped.Reasons == nil {
-				total.Skipped.Reasons = map[string]int{}
-			}
-			total.Skipped.Reasons[k] += v
-		}
-		for _, e := range s.Skipped.Examples {
-			if len(total.Skipped.Examples) < maxSkipExamples {
-				total.Skipped.Examples = append(total.Skipped.Examples, e)
-			}
-		}
+		total.Skipped.Add(s.Skipped)
 		total.Seconds = max(total.Seconds, s.Seconds) // the shards ran side by side
 		res.Inputs = append(res.Inputs, in)
 	}
 	total.In = strings.Join(inputs, ",")
-	total.Groups = len(rewards)
-	total.Reward = confclip.RewardStatsOf(f.Reward.Method, rewards)
-	total.Binary = confclip.RewardStatsOf("binary", binary)
-	total.Outcomes = confclip.OutcomeStatsOf(correct, lengths)
-	if len(confs) > 0 {
-		cal := confclip.Calibrate(confs, confCorrect)
-		total.Calibration = &cal
-	}
+	total.Groups = len(groups)
+	total.SetStats(f.Reward.Method, est.NeedsEntropies, groups)
 	res.Shards, res.Groups, res.Records, res.Summary = whole.N, total.Groups, total.Records, total
 	return res, w.Commit()
 }
 
-// MergeEval joins the results of the N shards of one evaluation (Evaluate's
+// Eval joins the results of the N shards of one evaluation (Evaluate's
 // JSON) and computes accuracy, mean length, calibration, sampled accuracy
 // and pass@K from the prompts' cases, as one evaluation of all the prompts
 // would. Cases are ordered by their line in the prompt file.
-func MergeEval(paths []string) (EvalResult, error) {
-	rs := make([]EvalResult, len(paths))
+func Eval(paths []string) (pipeline.EvalResult, error) {
+	rs := make([]pipeline.EvalResult, len(paths))
 	specs := make([]string, len(paths))
 	for i, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return EvalResult{}, err
+			return pipeline.EvalResult{}, err
 		}
 		if err := json.Unmarshal(b, &rs[i]); err != nil {
-			return EvalResult{}, fmt.Errorf("%s: not an evaluation result (eval --json): %w", p, err)
+			return pipeline.EvalResult{}, fmt.Errorf("%s: not an evaluation result (eval --json): %w", p, err)
 		}
 		specs[i] = rs[i].Shard
 	}
 	order, shards, _, err := checkShards("evaluation result", paths, specs)
 	if err != nil {
-		return EvalResult{}, err
+		return pipeline.EvalResult{}, err
 	}
 	f := rs[order[0]]
-	out := EvalResult{Data: f.Data, Samples: f.Samples, Cases: []EvalCase{}}
+	out := pipeline.EvalResult{Data: f.Data, Samples: f.Samples, Cases: []pipeline.EvalCase{}}
 	seen := map[string]string{}
 	for _, i := range order {
 		r := rs[i]
@@ -367,49 +332,6 @@ func MergeEval(paths []string) (EvalResult, error) {
 		out.Seconds = max(out.Seconds, r.Seconds)
 	}
 	sort.SliceStable(out.Cases, func(a, b int) bool { return out.Cases[a].Line < out.Cases[b].Line })
-	out.Prompts = len(out.Cases)
-	var conf []float64
-	var correct []bool
-	tokens, sampledRight, passed := 0, 0, 0
-	for _, c := range out.Cases {
-		switch {
-		case c.Error != "":
-			out.Failed++
-			continue
-		case c.Correct:
-			out.Correct++
-		}
-		tokens += c.Tokens
-		conf = append(conf, c.Confidence)
-		correct = append(correct, c.Correct)
-		sampledRight += c.SampledCorrect
-		if c.SampledCorrect > 0 {
-			passed++
-		}
-	}
-	if out.Prompts > 0 {
-		out.Accuracy = float64(out.Correct) / float64(out.Prompts)
-	}
-	if n := len(conf); n > 0 {
-		out.MeanTokens = float64(tokens) / float64(n)
-		cal := confclip.Calibrate(conf, correct)
-		out.ECE, out.Brier = ptr(cal.ECE), ptr(cal.Brier)
-		if cal.AUROCDefined {
-			out.AUROC = ptr(cal.AUROC)
-		}
-	}
-	if out.Samples > 1 && out.Prompts > 0 {
-		out.SampledAccuracy = ptr(float64(sampledRight) / float64(out.Samples*out.Prompts))
-		out.PassAtK = ptr(float64(passed) / float64(out.Prompts))
-	}
+	out.SetStats()
 	return out, nil
-}
-
-// WriteJSON writes v as indented JSON to path, atomically.
-func WriteJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return WriteFileAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
 }
