@@ -15,6 +15,7 @@ import (
 	"github.com/confclip/confclip/internal/jsonnull"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
+	"github.com/confclip/confclip/tools"
 )
 
 // ExperimentResult is a whole experiment.
@@ -225,7 +226,7 @@ func startModel(ctx context.Context, cfg pipeline.Config, s pipeline.Start, prog
 			}
 		}
 	}
-	corpus, err := pipeline.ReadCorpus(e.Corpus)
+	corpus, err := tools.ReadCorpus(e.Corpus)
 	if err != nil {
 		return "", err
 	}
@@ -239,7 +240,7 @@ func startModel(ctx context.Context, cfg pipeline.Config, s pipeline.Start, prog
 	}
 	progress(pipeline.RunNote{Text: fmt.Sprintf("start %s: pre-training on %s (%d steps of %d texts, lr %g, seed %d) -> %s",
 		s.Name(), e.Corpus, e.PretrainSteps, e.PretrainBatch, e.PretrainLR, s.Seed, out)})
-	if err := pipeline.Pretrain(ctx, pipeline.PretrainOptions{Out: out, Spec: pipeline.PretrainSpec(startEmbd, startLayers, startHeads, s.Seed), Corpus: corpus,
+	if err := tools.Pretrain(ctx, tools.PretrainOptions{Out: out, Spec: tools.PretrainSpec(startEmbd, startLayers, startHeads, s.Seed), Corpus: corpus,
 		Steps: e.PretrainSteps, BatchSeqs: e.PretrainBatch, LR: e.PretrainLR, Seed: s.Seed, Threads: cfg.Model.Threads}); err != nil {
 		return "", err
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/llama"
-	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
+	"github.com/confclip/confclip/tools"
 	"github.com/confclip/confclip/train"
 	"github.com/urfave/cli/v3"
 )
@@ -232,7 +232,7 @@ func shellWords(s string) ([]string, error) {
 func writeDocFixtures(t *testing.T, dir string) {
 	t.Helper()
 	for _, name := range []string{"M.gguf", "model.gguf"} {
-		if err := pipeline.GenModel(pipeline.GenModelOptions{Out: name}); err != nil {
+		if err := tools.GenModel(tools.GenModelOptions{Out: name}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/dataset/parquetio"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/tools"
 )
 
 // Each prompt shape of docs/formats.md, written by hand as a user has it,
@@ -21,7 +22,7 @@ import (
 func TestPromptShapesEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	write := func(name, text string) string {
@@ -139,7 +140,7 @@ func mapArg(extra []string) []string {
 func TestOpenAICompletionsEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	prompts := filepath.Join(dir, "gsm8k.jsonl")
@@ -194,7 +195,7 @@ func TestOpenAICompletionsEndToEnd(t *testing.T) {
 func TestAdapterCommands(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "p.jsonl")

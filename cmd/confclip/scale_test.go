@@ -16,6 +16,7 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/tools"
 )
 
 // scaleFixture writes the tiny model and 12 prompts into a temporary folder
@@ -24,7 +25,7 @@ func scaleFixture(t *testing.T) {
 	t.Helper()
 	dir := t.TempDir()
 	t.Chdir(dir)
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: "M.gguf"}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: "M.gguf"}); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder

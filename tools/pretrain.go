@@ -1,4 +1,4 @@
-package pipeline
+package tools
 
 import (
 	"context"
