@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/train"
@@ -214,7 +215,7 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	if start == 0 && greedy != nil {
 		ev, err := reuseBefore(o.BeforeFrom, dir, cfg)
 		if ev == nil && err == nil {
-			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %s (%s), before training", plural(len(evalPrompts), "prompt"), cfg.Data.Eval)})
+			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %s (%s), before training", english.Count(len(evalPrompts), "prompt"), cfg.Data.Eval)})
 			ev, err = evaluate(0)
 		}
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -53,14 +54,14 @@ func exportCmd(ctx context.Context, c *cli.Command) error {
 	}
 	w := c.Root().Writer
 	fmt.Fprintf(w, "wrote %s (%s) from %s to %s (%s)\n",
-		count(sum.Examples, "example"), count(sum.Tokens, "completion token"), count(sum.Records, "record"), sum.Out, sum.Format+", "+sum.Layout+" columns")
+		english.Count(sum.Examples, "example"), english.Count(sum.Tokens, "completion token"), english.Count(sum.Records, "record"), sum.Out, sum.Format+", "+sum.Layout+" columns")
 	fmt.Fprintf(w, "groups: %d, with zero reward std: %d", sum.Groups, sum.ZeroStdGroups)
 	if cfg.Advantage.SkipZeroStd {
-		fmt.Fprintf(w, " (dropped, %s)", count(sum.Dropped, "record"))
+		fmt.Fprintf(w, " (dropped, %s)", english.Count(sum.Dropped, "record"))
 	}
 	fmt.Fprintln(w)
 	if sum.FromModelLogprobs > 0 {
-		fmt.Fprintf(w, "old_logprobs: model log-probs for %s without sampling log-probs\n", count(sum.FromModelLogprobs, "teacher-forced record"))
+		fmt.Fprintf(w, "old_logprobs: model log-probs for %s without sampling log-probs\n", english.Count(sum.FromModelLogprobs, "teacher-forced record"))
 	}
 	orNone := func(s string) string {
 		if s == "" {

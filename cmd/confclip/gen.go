@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/tools"
 )
@@ -60,9 +61,9 @@ func init() {
 					return cli.Exit("gen-task: "+err.Error(), 2)
 				}
 				if res.N < c.Int("n") {
-					fmt.Fprintf(os.Stderr, "gen-task: only %s within these bounds (asked for %d)\n", count(res.N, "distinct problem"), c.Int("n"))
+					fmt.Fprintf(os.Stderr, "gen-task: only %s within these bounds (asked for %d)\n", english.Count(res.N, "distinct problem"), c.Int("n"))
 				}
-				fmt.Fprintf(c.Root().Writer, "%s\t%s\n%s\t%s\n%s\t%s\n", res.Train, count(res.TrainN, "prompt"), res.Eval, count(res.EvalN, "prompt"), res.Corpus, count(res.CorpusN, "text"))
+				fmt.Fprintf(c.Root().Writer, "%s\t%s\n%s\t%s\n%s\t%s\n", res.Train, english.Count(res.TrainN, "prompt"), res.Eval, english.Count(res.EvalN, "prompt"), res.Corpus, english.Count(res.CorpusN, "text"))
 				return nil
 			},
 		}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/reporting"
 	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/shard/merge"
 	"github.com/urfave/cli/v3"
@@ -70,7 +72,7 @@ func mergeRolloutsCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", count(res.Shards, "shard"), res.Out, count(res.Groups, "group"), count(res.Records, "record"))
+	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", english.Count(res.Shards, "shard"), res.Out, english.Count(res.Groups, "group"), english.Count(res.Records, "record"))
 	return nil
 }
 
@@ -79,8 +81,8 @@ func mergeScoresCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", count(res.Shards, "shard"), res.Out, count(res.Groups, "group"), count(res.Records, "record"))
-	if err := res.Summary.WriteTable(c.Root().Writer); err != nil {
+	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", english.Count(res.Shards, "shard"), res.Out, english.Count(res.Groups, "group"), english.Count(res.Records, "record"))
+	if err := reporting.ScoreTable(c.Root().Writer, res.Summary); err != nil {
 		return err
 	}
 	if p := c.String("summary"); p != "" {
@@ -105,6 +107,6 @@ func mergeEvalCmd(ctx context.Context, c *cli.Command) error {
 		}
 		fmt.Fprintln(c.Root().Writer, string(b))
 	}
-	fmt.Fprintf(os.Stderr, "%s: %d correct (accuracy %.4f), %d failed\n", count(res.Prompts, "prompt"), res.Correct, res.Accuracy, res.Failed)
+	fmt.Fprintf(os.Stderr, "%s: %d correct (accuracy %.4f), %d failed\n", english.Count(res.Prompts, "prompt"), res.Correct, res.Accuracy, res.Failed)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/reporting"
 )
 
 func init() {
@@ -52,7 +53,7 @@ func scoreCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	if err := sum.WriteTable(c.Root().Writer); err != nil {
+	if err := reporting.ScoreTable(c.Root().Writer, sum); err != nil {
 		return err
 	}
 	if path := c.String("summary"); path != "" {
