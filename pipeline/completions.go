@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/rollout"
 )
 
 // readOpenAI reads s.opts.In when it holds OpenAI responses (dataset.
@@ -142,14 +142,7 @@ func (s *scorer) joinPrompt(rec *dataset.OpenAIRecord, pf dataset.PromptFile, by
 	// rendered it; teacher forcing must see the same text.
 	chat := rec.Response.Object == "chat.completion" || len(rec.Response.Choices) > 0 && rec.Response.Choices[0].Message != nil
 	if m := s.opts.Model; m != nil && m.llm != nil && (chat || len(rec.Messages) > 0) {
-		msgs := make([]llama.Message, 0, len(rec.Messages)+1)
-		for _, x := range rec.Messages {
-			msgs = append(msgs, llama.Message{Role: x.Role, Content: x.Content})
-		}
-		if len(msgs) == 0 {
-			msgs = append(msgs, llama.Message{Role: "user", Content: rec.Prompt})
-		}
-		text, err := m.llm.ApplyChatTemplate(m.cfg.ChatTemplate, msgs, true)
+		text, err := rollout.RenderChat(m.llm, m.cfg.ChatTemplate, rec.Messages, rec.Prompt)
 		if err != nil {
 			return fmt.Errorf("prompt %q: chat template: %w", rec.PromptID, err)
 		}
