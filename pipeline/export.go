@@ -50,6 +50,18 @@ type ExportOptions struct {
 	MaskTruncated bool
 }
 
+// NewExportOptions are the options of an export under cfg: the model and
+// adapter it names (for the provenance), its JSON (for the config hash),
+// and [advantage] skip_zero_std and mask_truncated.
+func NewExportOptions(cfg Config, in, out string) (ExportOptions, error) {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return ExportOptions{}, fmt.Errorf("the configuration as JSON (for its hash): %w", err)
+	}
+	return ExportOptions{In: in, Out: out, Model: cfg.Model.Path, Adapter: cfg.Model.Adapter, ConfigJSON: b,
+		SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated}, nil
+}
+
 // ExportSummary says what Export wrote.
 type ExportSummary struct {
 	Out           string

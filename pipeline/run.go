@@ -413,13 +413,14 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	if err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: score: %w", step, err)
 	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: the configuration as JSON (for its hash): %w", step, err)
-	}
 	trainSet := filepath.Join(sdir, "train.jsonl")
-	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: adapter,
-		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated}); err != nil {
+	eo, err := NewExportOptions(cfg, scored, trainSet)
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: %w", step, err)
+	}
+	// The step's adapter; the model is not hashed at every step.
+	eo.Format, eo.Model, eo.Adapter = dataset.FormatJSONL, "", adapter
+	if _, err := Export(eo); err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
 	t2 := time.Now()

@@ -39,17 +39,11 @@ func evalCmd(ctx context.Context, c *cli.Command) error {
 	if c.IsSet("fail-under") && !(failUnder >= 0 && failUnder <= 1) {
 		return cli.Exit(fmt.Sprintf("eval: --fail-under %g: want a fraction in 0..1 (0.8 for 80%%)", failUnder), 2)
 	}
-	cfg, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
-	m, err := pipeline.OpenModel(cfg.Model)
+	cfg, m, err := openModel(c)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	shard, err := shardOf(c)
 	if err != nil {
 		return err

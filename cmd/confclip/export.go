@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v3"
@@ -36,19 +35,14 @@ func exportCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	configJSON, err := json.Marshal(cfg)
+	eo, err := pipeline.NewExportOptions(cfg, c.String("data"), c.String("out"))
 	if err != nil {
 		return err
 	}
-	format, layout, err := exportFormat(c.String("format"))
-	if err != nil {
+	if eo.Format, eo.Layout, err = exportFormat(c.String("format")); err != nil {
 		return err
 	}
-	sum, err := pipeline.Export(pipeline.ExportOptions{
-		In: c.String("data"), Out: c.String("out"), Format: format, Layout: layout,
-		Model: cfg.Model.Path, Adapter: cfg.Model.Adapter, ConfigJSON: configJSON,
-		SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated,
-	})
+	sum, err := pipeline.Export(eo)
 	if err != nil {
 		return err
 	}

@@ -150,6 +150,18 @@ func loadConfig(c *cli.Command) (pipeline.Config, error) {
 	return loadConfigFile(c, c.String("config"))
 }
 
+// openModel is the preamble of the commands that need the model: the
+// configuration (loadConfig) and the model it names, open; the caller
+// closes it.
+func openModel(c *cli.Command) (pipeline.Config, *pipeline.Model, error) {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return cfg, nil, err
+	}
+	m, err := pipeline.OpenModel(cfg.Model)
+	return cfg, m, err
+}
+
 func loadConfigFile(c *cli.Command, path string) (pipeline.Config, error) {
 	cfg, err := pipeline.LoadConfig(path)
 	if err != nil {

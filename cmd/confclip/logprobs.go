@@ -29,21 +29,15 @@ func init() {
 }
 
 func logprobsCmd(ctx context.Context, c *cli.Command) error {
-	cfg, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
 	shard, err := shardOf(c)
 	if err != nil {
 		return err
 	}
-	m, err := pipeline.OpenModel(cfg.Model)
+	cfg, m, err := openModel(c)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{
 		Config: cfg, In: c.String("data"), Out: c.String("out"), SkipBad: c.Bool("skip-bad"), Progress: r.event,

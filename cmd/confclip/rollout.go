@@ -52,10 +52,8 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 		}
 		defer m.Close()
 	}
-	sctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	r := newRenderer(os.Stderr)
-	res, err := pipeline.Rollout(sctx, m, pipeline.RolloutOptions{
+	res, err := pipeline.Rollout(ctx, m, pipeline.RolloutOptions{
 		Config: cfg, In: c.String("data"), Out: c.String("out"),
 		SkipBad: c.Bool("skip-bad"), AllowNoAnswer: c.Bool("allow-no-answer"), NoTiming: c.Bool("no-timing"), Restart: c.Bool("restart"), Progress: r.event,
 		Shard: shard, Source: source,

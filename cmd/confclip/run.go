@@ -77,8 +77,6 @@ func runCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	r := newRenderer(c.Root().ErrWriter)
 	ro := pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event, Plot: reporting.RunPlots}
 	if len(cfg.Rollout.Endpoints) > 0 {
@@ -108,8 +106,6 @@ func experimentCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	r := newRenderer(c.Root().ErrWriter)
 	res, err := experiments.Experiment(ctx, cfg, r.event)
 	r.end()
