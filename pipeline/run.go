@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/crashpoint"
 	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/rollout"
@@ -118,18 +119,18 @@ func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		crashPoint("step-start")
+		crashpoint.At("step-start")
 		row, err := r.step(ctx, step)
 		if err != nil {
 			return res, err
 		}
-		crashPoint("step-trained")
+		crashpoint.At("step-trained")
 		if err := r.record(step, row); err != nil {
 			return res, err
 		}
 		done++
 		r.report(step, row, time.Duration(float64(time.Since(runStart))/float64(done)*float64(cfg.Run.Steps-step)))
-		crashPoint("step-done")
+		crashpoint.At("step-done")
 		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
 			return res, ErrStopped
 		}
@@ -242,7 +243,7 @@ func (r *runner) openModel() error {
 		if err := train.CreateLoRA(h.llm, adapterPath, LoRAConfig(cfg)); err != nil {
 			return err
 		}
-		crashPoint("init-adapter-written")
+		crashpoint.At("init-adapter-written")
 	}
 	return h.LoadAdapter(adapterPath)
 }
@@ -316,7 +317,7 @@ func (r *runner) evaluateBefore(ctx context.Context) error {
 	if err := r.mlog.Append(row); err != nil {
 		return err
 	}
-	crashPoint("eval0-recorded")
+	crashpoint.At("eval0-recorded")
 	line := fmt.Sprintf("step 0: held-out accuracy %.3f, mean tokens %.1f (before training)", ev.Accuracy, ev.MeanTokens)
 	fmt.Fprintln(r.logw, line)
 	emit(r.o.Progress, RunNote{Text: line})
@@ -360,7 +361,7 @@ func (r *runner) record(step int, row StepMetrics) error {
 	if err := r.mlog.Append(row); err != nil {
 		return err
 	}
-	crashPoint("metrics-recorded")
+	crashpoint.At("metrics-recorded")
 	if err := saveCheckpoint(r.dir, step, r.h.adapter, r.h.llm.Architecture(), r.tr); err != nil {
 		return err
 	}
@@ -722,7 +723,7 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 	if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 		return nil, err
 	}
-	crashPoint("run-folder-created")
+	crashpoint.At("run-folder-created")
 	return nil, nil
 }
 
@@ -748,12 +749,12 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err := WriteFileAtomic(filepath.Join(tmp, "optimizer.bin"), func(w io.Writer) error { _, err := w.Write(opt); return err }); err != nil {
 		return err
 	}
-	crashPoint("checkpoint-files")
+	crashpoint.At("checkpoint-files")
 	os.RemoveAll(final)
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
-	crashPoint("checkpoint-renamed")
+	crashpoint.At("checkpoint-renamed")
 	var prev Checkpoint
 	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil {
 		// A record that does not parse names no folder to remove: the
@@ -770,7 +771,7 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err := WriteFileAtomic(filepath.Join(dir, CheckpointFile), func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 		return err
 	}
-	crashPoint("checkpoint-recorded")
+	crashpoint.At("checkpoint-recorded")
 	if prev.Dir != "" && prev.Dir != name {
 		os.RemoveAll(filepath.Join(dir, prev.Dir))
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/internal/peakrss"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/train"
 )
@@ -235,6 +236,6 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	sum.AdapterOut = o.AdapterOut
 	sum.MicroBatch = tr.Config().MicroBatchTokens
 	sum.ComputeBufferBytes = tr.ComputeBufferBytes()
-	sum.PeakRSSBytes = PeakRSS()
+	sum.PeakRSSBytes = peakrss.Bytes()
 	return sum, nil
 }
