@@ -33,33 +33,23 @@ type ExperimentResult struct {
 // experiment.starts, the grid is run from each start in
 // OUT/START/ARM/seed-N (pre-training seed starts are trained first, into
 // OUT/starts, and reused while their settings match). Progress, when set,
-// receives an pipeline.ExperimentRun event as each run starts, then that run's own
-// events (RunStage, RunStepDone, pipeline.RunNote).
+// receives a pipeline.ExperimentRun event as each run starts, then that run's own
+// events (RunStage, RunStepDone, RunNote).
 func Experiment(ctx context.Context, cfg pipeline.Config, progress func(pipeline.Event)) (ExperimentResult, error) {
 	if progress == nil {
 		progress = func(pipeline.Event) {}
 	}
 	cfg = pipeline.TrainingDefaults(cfg)
 	res := ExperimentResult{Dir: cfg.Run.Out}
-	if len(cfg.Experiment.Arms) == 0 || len(cfg.Experiment.Seeds) == 0 {
-		return res, errors.New("experiment: no arms or no seeds ([experiment] arms, seeds)")
-	}
-	var arms []pipeline.Arm
-	for _, n := range cfg.Experiment.Arms {
-		a, err := pipeline.ArmByName(n)
-		if err != nil {
-			return res, fmt.Errorf("experiment: %w", err)
-		}
-		arms = append(arms, a)
-	}
-	if err := pipeline.CheckStarts(cfg.Experiment); err != nil {
-		return res, fmt.Errorf("experiment: %w", err)
+	arms, err := experimentArms(cfg)
+	if err != nil {
+		return res, err
 	}
 	starts := cfg.Experiment.Starts
 	if len(starts) == 0 {
 		starts = []pipeline.Start{{Path: cfg.Model.Path}}
 	}
-	// pipeline.Start-major, then seed-major order: an interrupted experiment holds
+	// Start-major, then seed-major order: an interrupted experiment holds
 	// whole pairs.
 	armRes := make([]reporting.ArmResult, len(arms))
 	all := make([][][]pipeline.StepMetrics, len(arms))
@@ -75,15 +65,7 @@ func Experiment(ctx context.Context, cfg pipeline.Config, progress func(pipeline
 		before := "" // a finished run of this start whose step-0 evaluation the others reuse
 		for _, seed := range cfg.Experiment.Seeds {
 			for ai, arm := range arms {
-				c := cfg
-				c.Model.Path = model
-				c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
-				c.Rollout.Seed, c.Train.Seed = seed, seed
-				c.Run.Out = filepath.Join(base, arm.Name, fmt.Sprintf("seed-%d", seed))
-				// A run records its own arm and seed, not the grid's: an
-				// experiment given more seeds, arms or starts resumes its
-				// finished runs.
-				c.Experiment = pipeline.ExperimentConfig{Arms: []string{arm.Name}, Seeds: []uint64{seed}}
+				c := armConfig(cfg, model, base, arm, seed)
 				_, statErr := os.Stat(filepath.Join(c.Run.Out, pipeline.RunConfigFile))
 				progress(pipeline.ExperimentRun{Start: startName, Arm: arm.Name, Seed: seed, Dir: c.Run.Out})
 				r, err := pipeline.Run(ctx, pipeline.RunOptions{Config: c, Resume: statErr == nil, Progress: progress, BeforeFrom: before, Plot: reporting.RunPlots})
@@ -112,27 +94,66 @@ func Experiment(ctx context.Context, cfg pipeline.Config, progress func(pipeline
 	if len(cfg.Experiment.Starts) > 0 {
 		res.Table += "\n" + reporting.RunsTable(res.Arms) + "\n" + reporting.VarianceTable(res.Arms)
 	}
-	arms2 := map[string][]pipeline.StepMetrics{}
+	err = res.write(cfg.Run.Out)
+	return res, err
+}
+
+// experimentArms checks the grid and returns its arms.
+func experimentArms(cfg pipeline.Config) ([]pipeline.Arm, error) {
+	if len(cfg.Experiment.Arms) == 0 || len(cfg.Experiment.Seeds) == 0 {
+		return nil, errors.New("experiment: no arms or no seeds ([experiment] arms, seeds)")
+	}
+	var arms []pipeline.Arm
+	for _, n := range cfg.Experiment.Arms {
+		a, err := pipeline.ArmByName(n)
+		if err != nil {
+			return nil, fmt.Errorf("experiment: %w", err)
+		}
+		arms = append(arms, a)
+	}
+	if err := pipeline.CheckStarts(cfg.Experiment); err != nil {
+		return nil, fmt.Errorf("experiment: %w", err)
+	}
+	return arms, nil
+}
+
+// armConfig is the configuration of one run of the grid: the arm's reward
+// and advantage, the seed, from the start's model, in base/ARM/seed-N.
+func armConfig(cfg pipeline.Config, model, base string, arm pipeline.Arm, seed uint64) pipeline.Config {
+	c := cfg
+	c.Model.Path = model
+	c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
+	c.Rollout.Seed, c.Train.Seed = seed, seed
+	c.Run.Out = filepath.Join(base, arm.Name, fmt.Sprintf("seed-%d", seed))
+	// A run records its own arm and seed, not the grid's: an experiment
+	// given more seeds, arms or starts resumes its finished runs.
+	c.Experiment = pipeline.ExperimentConfig{Arms: []string{arm.Name}, Seeds: []uint64{seed}}
+	return c
+}
+
+// write writes the comparison plots, results.md and results.json into dir.
+func (res *ExperimentResult) write(dir string) error {
+	arms := map[string][]pipeline.StepMetrics{}
 	for _, a := range res.Arms {
-		arms2[a.Arm] = a.Rows
+		arms[a.Arm] = a.Rows
 	}
 	var err error
-	if res.Plots, err = reporting.PlotCompare(arms2, filepath.Join(cfg.Run.Out, "plots")); err != nil {
-		return res, err
+	if res.Plots, err = reporting.PlotCompare(arms, filepath.Join(dir, "plots")); err != nil {
+		return err
 	}
-	if err := pipeline.WriteFileAtomic(filepath.Join(cfg.Run.Out, "results.md"), func(w io.Writer) error {
+	if err := pipeline.WriteFileAtomic(filepath.Join(dir, "results.md"), func(w io.Writer) error {
 		_, err := io.WriteString(w, res.Table)
 		return err
 	}); err != nil {
-		return res, err
+		return err
 	}
 	// A metric without data is NaN (a seed that did not evaluate, say):
 	// written as null, where encoding/json would refuse the whole file.
 	b, err := jsonnull.MarshalIndent(res, "", "  ")
 	if err != nil {
-		return res, fmt.Errorf("results.json: %w", err)
+		return fmt.Errorf("results.json: %w", err)
 	}
-	return res, pipeline.WriteFileAtomic(filepath.Join(cfg.Run.Out, "results.json"), func(w io.Writer) error {
+	return pipeline.WriteFileAtomic(filepath.Join(dir, "results.json"), func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
 		return err
 	})
