@@ -81,17 +81,9 @@ func Rollouts(inputs []string, out string) (Result, error) {
 	if err := atomicfile.NotInput(out, inputs...); err != nil {
 		return res, err
 	}
-	provs := make([]pipeline.RolloutProvenance, len(inputs))
-	specs := make([]string, len(inputs))
-	for i, in := range inputs {
-		b, err := os.ReadFile(pipeline.ProvenancePath(in))
-		if err != nil {
-			return res, fmt.Errorf("%s: its provenance file says which shard it is and what made it: %w", in, err)
-		}
-		if err := json.Unmarshal(b, &provs[i]); err != nil {
-			return res, fmt.Errorf("%s: %w", pipeline.ProvenancePath(in), err)
-		}
-		specs[i] = provs[i].Shard
+	provs, specs, err := readProvenances(inputs)
+	if err != nil {
+		return res, err
 	}
 	order, shards, whole, err := checkShards("rollout file", inputs, specs)
 	if err != nil {
@@ -112,49 +104,14 @@ func Rollouts(inputs []string, out string) (Result, error) {
 	}
 	owner := map[string]string{} // prompt id -> file
 	for _, i := range order {
-		in := inputs[i]
-		s := shards[i]
-		recs, lines, _, err := dataset.ReadFile[dataset.Rollout](in, false)
+		groups, records, err := appendRollouts(w, inputs[i], shards[i], specs[i], G, owner)
 		if err != nil {
 			w.Abort()
 			return res, err
 		}
-		samples := map[string]map[int]bool{}
-		var ids []string
-		for j := range recs {
-			r := &recs[j]
-			if !s.Has(r.PromptID) {
-				w.Abort()
-				return res, fmt.Errorf("%s:%d: prompt %q belongs to shard %d/%d, not %s", in, lines[j], r.PromptID, shard.Of(r.PromptID, s.N), s.N, specs[i])
-			}
-			if prev, ok := owner[r.PromptID]; ok && prev != in {
-				w.Abort()
-				return res, fmt.Errorf("%s:%d: prompt %q is in %s too", in, lines[j], r.PromptID, prev)
-			}
-			owner[r.PromptID] = in
-			if samples[r.PromptID] == nil {
-				samples[r.PromptID] = map[int]bool{}
-				ids = append(ids, r.PromptID)
-			}
-			if samples[r.PromptID][r.Sample] || r.Sample < 0 || r.Sample >= G {
-				w.Abort()
-				return res, fmt.Errorf("%s:%d: prompt %q sample %d: repeated or outside 0..%d", in, lines[j], r.PromptID, r.Sample, G-1)
-			}
-			samples[r.PromptID][r.Sample] = true
-			if err := w.Write(r); err != nil {
-				w.Abort()
-				return res, err
-			}
-		}
-		for _, id := range ids {
-			if len(samples[id]) != G {
-				w.Abort()
-				return res, fmt.Errorf("%s: prompt %q has %d of its %d samples: finish the shard (run its rollout again to resume) before merging", in, id, len(samples[id]), G)
-			}
-		}
-		res.Groups += len(ids)
-		res.Records += len(recs)
-		res.Inputs = append(res.Inputs, in)
+		res.Groups += groups
+		res.Records += records
+		res.Inputs = append(res.Inputs, inputs[i])
 	}
 	res.Shards = whole.N
 	merged := first
@@ -164,6 +121,63 @@ func Rollouts(inputs []string, out string) (Result, error) {
 		return res, err
 	}
 	return res, w.Commit()
+}
+
+// readProvenances reads each rollout file's provenance file, which says
+// its shard ("K/N") and what made it.
+func readProvenances(inputs []string) ([]pipeline.RolloutProvenance, []string, error) {
+	provs := make([]pipeline.RolloutProvenance, len(inputs))
+	specs := make([]string, len(inputs))
+	for i, in := range inputs {
+		b, err := os.ReadFile(pipeline.ProvenancePath(in))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: its provenance file says which shard it is and what made it: %w", in, err)
+		}
+		if err := json.Unmarshal(b, &provs[i]); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", pipeline.ProvenancePath(in), err)
+		}
+		specs[i] = provs[i].Shard
+	}
+	return provs, specs, nil
+}
+
+// appendRollouts copies one shard's rollout file into w, checking that
+// every group belongs to the shard (spec), holds its G samples once each,
+// and is in no other file (owner: prompt id -> file, filled here).
+func appendRollouts(w *dataset.Writer, in string, s shard.Shard, spec string, G int, owner map[string]string) (groups, records int, err error) {
+	recs, lines, _, err := dataset.ReadFile[dataset.Rollout](in, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	samples := map[string]map[int]bool{}
+	var ids []string
+	for j := range recs {
+		r := &recs[j]
+		if !s.Has(r.PromptID) {
+			return 0, 0, fmt.Errorf("%s:%d: prompt %q belongs to shard %d/%d, not %s", in, lines[j], r.PromptID, shard.Of(r.PromptID, s.N), s.N, spec)
+		}
+		if prev, ok := owner[r.PromptID]; ok && prev != in {
+			return 0, 0, fmt.Errorf("%s:%d: prompt %q is in %s too", in, lines[j], r.PromptID, prev)
+		}
+		owner[r.PromptID] = in
+		if samples[r.PromptID] == nil {
+			samples[r.PromptID] = map[int]bool{}
+			ids = append(ids, r.PromptID)
+		}
+		if samples[r.PromptID][r.Sample] || r.Sample < 0 || r.Sample >= G {
+			return 0, 0, fmt.Errorf("%s:%d: prompt %q sample %d: repeated or outside 0..%d", in, lines[j], r.PromptID, r.Sample, G-1)
+		}
+		samples[r.PromptID][r.Sample] = true
+		if err := w.Write(r); err != nil {
+			return 0, 0, err
+		}
+	}
+	for _, id := range ids {
+		if len(samples[id]) != G {
+			return 0, 0, fmt.Errorf("%s: prompt %q has %d of its %d samples: finish the shard (run its rollout again to resume) before merging", in, id, len(samples[id]), G)
+		}
+	}
+	return len(ids), len(recs), nil
 }
 
 // ScoreResult is Scores' output: the merged records' file and the
@@ -183,31 +197,17 @@ type ScoreResult struct {
 // been scored with the same verifier, confidence, reward and advantage.
 func Scores(summaries []string, out string) (ScoreResult, error) {
 	res := ScoreResult{Result: Result{Out: out}}
-	sums := make([]pipeline.Summary, len(summaries))
-	specs := make([]string, len(summaries))
-	for i, path := range summaries {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return res, err
-		}
-		if err := json.Unmarshal(b, &sums[i]); err != nil {
-			return res, fmt.Errorf("%s: not a score summary: %w", path, err)
-		}
-		specs[i] = sums[i].Shard
+	sums, specs, err := readSummaries(summaries)
+	if err != nil {
+		return res, err
 	}
 	order, shards, whole, err := checkShards("score summary", summaries, specs)
 	if err != nil {
 		return res, err
 	}
 	f := sums[order[0]]
-	for _, i := range order[1:] {
-		s := sums[i]
-		if s.Verifier != f.Verifier || s.ConfidenceEstimator != f.ConfidenceEstimator || s.ConfidenceScope != f.ConfidenceScope ||
-			s.Advantage != f.Advantage || s.Reward.Method != f.Reward.Method {
-			return res, fmt.Errorf("%s and %s were scored differently (verifier %q/%q, confidence %q %q/%q %q, reward %q/%q, advantage %q/%q)",
-				summaries[order[0]], summaries[i], f.Verifier, s.Verifier, f.ConfidenceEstimator, f.ConfidenceScope, s.ConfidenceEstimator, s.ConfidenceScope,
-				f.Reward.Method, s.Reward.Method, f.Advantage, s.Advantage)
-		}
+	if err := sameScoring(summaries, sums, order); err != nil {
+		return res, err
 	}
 	est, err := confclip.LookupConfidence(f.ConfidenceEstimator)
 	if err != nil {
@@ -223,55 +223,14 @@ func Scores(summaries []string, out string) (ScoreResult, error) {
 	owner := map[string]string{}
 	for _, i := range order {
 		s := sums[i]
-		in := s.Out
-		if in == "" {
-			w.Abort()
-			return res, fmt.Errorf("%s: the shard wrote no scored file (score --out) to merge", summaries[i])
-		}
-		if _, err := os.Stat(in); err != nil && !filepath.IsAbs(in) {
-			in = filepath.Join(filepath.Dir(summaries[i]), filepath.Base(in))
-		}
+		in := scoredFile(summaries[i], s)
 		inputs = append(inputs, s.In)
-		recs, lines, _, err := dataset.ReadFile[dataset.Scored](in, false)
+		n, err := appendScored(w, in, summaries[i], s, shards[i], specs[i], &groups, owner)
 		if err != nil {
 			w.Abort()
 			return res, err
 		}
-		if len(recs) != s.Records {
-			w.Abort()
-			return res, fmt.Errorf("%s holds %d records but its summary %s says %d: not the file that summary describes", in, len(recs), summaries[i], s.Records)
-		}
-		sh := shards[i]
-		index := map[string]int{}
-		start := len(groups)
-		for j := range recs {
-			r := &recs[j]
-			if !sh.Has(r.PromptID) {
-				w.Abort()
-				return res, fmt.Errorf("%s:%d: prompt %q is not in shard %s", in, lines[j], r.PromptID, specs[i])
-			}
-			if prev, ok := owner[r.PromptID]; ok && prev != in {
-				w.Abort()
-				return res, fmt.Errorf("%s:%d: prompt %q is in %s too", in, lines[j], r.PromptID, prev)
-			}
-			owner[r.PromptID] = in
-			g, ok := index[r.PromptID]
-			if !ok {
-				g = len(groups)
-				index[r.PromptID] = g
-				groups = append(groups, nil)
-			}
-			groups[g] = append(groups[g], r)
-			if err := w.Write(r); err != nil {
-				w.Abort()
-				return res, err
-			}
-		}
-		if got := len(groups) - start; got != s.Groups {
-			w.Abort()
-			return res, fmt.Errorf("%s holds %d groups but its summary %s says %d", in, got, summaries[i], s.Groups)
-		}
-		total.Records += len(recs)
+		total.Records += n
 		total.ScopeFallbacks += s.ScopeFallbacks
 		total.TeacherForced += s.TeacherForced
 		total.MaskedTruncated += s.MaskedTruncated
@@ -284,6 +243,92 @@ func Scores(summaries []string, out string) (ScoreResult, error) {
 	total.SetStats(f.Reward.Method, est.NeedsEntropies, groups)
 	res.Shards, res.Groups, res.Records, res.Summary = whole.N, total.Groups, total.Records, total
 	return res, w.Commit()
+}
+
+// readSummaries reads the shards' score summaries and their shards.
+func readSummaries(summaries []string) ([]pipeline.Summary, []string, error) {
+	sums := make([]pipeline.Summary, len(summaries))
+	specs := make([]string, len(summaries))
+	for i, path := range summaries {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := json.Unmarshal(b, &sums[i]); err != nil {
+			return nil, nil, fmt.Errorf("%s: not a score summary: %w", path, err)
+		}
+		specs[i] = sums[i].Shard
+	}
+	return sums, specs, nil
+}
+
+// sameScoring refuses shards scored with another verifier, confidence,
+// reward or advantage than the first.
+func sameScoring(summaries []string, sums []pipeline.Summary, order []int) error {
+	f := sums[order[0]]
+	for _, i := range order[1:] {
+		s := sums[i]
+		if s.Verifier != f.Verifier || s.ConfidenceEstimator != f.ConfidenceEstimator || s.ConfidenceScope != f.ConfidenceScope ||
+			s.Advantage != f.Advantage || s.Reward.Method != f.Reward.Method {
+			return fmt.Errorf("%s and %s were scored differently (verifier %q/%q, confidence %q %q/%q %q, reward %q/%q, advantage %q/%q)",
+				summaries[order[0]], summaries[i], f.Verifier, s.Verifier, f.ConfidenceEstimator, f.ConfidenceScope, s.ConfidenceEstimator, s.ConfidenceScope,
+				f.Reward.Method, s.Reward.Method, f.Advantage, s.Advantage)
+		}
+	}
+	return nil
+}
+
+// scoredFile is the scored file a summary names: as written, or beside the
+// summary when it is not found so (a shard's folder copied elsewhere).
+func scoredFile(summary string, s pipeline.Summary) string {
+	in := s.Out
+	if _, err := os.Stat(in); err != nil && !filepath.IsAbs(in) {
+		in = filepath.Join(filepath.Dir(summary), filepath.Base(in))
+	}
+	return in
+}
+
+// appendScored copies one shard's scored records into w and their groups
+// into groups, checking them against the shard's summary and that every
+// prompt is in the shard (spec) and in no other file (owner); it returns
+// how many records it copied.
+func appendScored(w *dataset.Writer, in, summary string, s pipeline.Summary, sh shard.Shard, spec string, groups *[][]*dataset.Scored, owner map[string]string) (int, error) {
+	if s.Out == "" {
+		return 0, fmt.Errorf("%s: the shard wrote no scored file (score --out) to merge", summary)
+	}
+	recs, lines, _, err := dataset.ReadFile[dataset.Scored](in, false)
+	if err != nil {
+		return 0, err
+	}
+	if len(recs) != s.Records {
+		return 0, fmt.Errorf("%s holds %d records but its summary %s says %d: not the file that summary describes", in, len(recs), summary, s.Records)
+	}
+	index := map[string]int{}
+	start := len(*groups)
+	for j := range recs {
+		r := &recs[j]
+		if !sh.Has(r.PromptID) {
+			return 0, fmt.Errorf("%s:%d: prompt %q is not in shard %s", in, lines[j], r.PromptID, spec)
+		}
+		if prev, ok := owner[r.PromptID]; ok && prev != in {
+			return 0, fmt.Errorf("%s:%d: prompt %q is in %s too", in, lines[j], r.PromptID, prev)
+		}
+		owner[r.PromptID] = in
+		g, ok := index[r.PromptID]
+		if !ok {
+			g = len(*groups)
+			index[r.PromptID] = g
+			*groups = append(*groups, nil)
+		}
+		(*groups)[g] = append((*groups)[g], r)
+		if err := w.Write(r); err != nil {
+			return 0, err
+		}
+	}
+	if got := len(*groups) - start; got != s.Groups {
+		return 0, fmt.Errorf("%s holds %d groups but its summary %s says %d", in, got, summary, s.Groups)
+	}
+	return len(recs), nil
 }
 
 // Eval joins the results of the N shards of one evaluation (Evaluate's
