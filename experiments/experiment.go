@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/internal/jsonnull"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
@@ -141,7 +142,7 @@ func (res *ExperimentResult) write(dir string) error {
 	if res.Plots, err = reporting.PlotCompare(arms, filepath.Join(dir, "plots")); err != nil {
 		return err
 	}
-	if err := pipeline.WriteFileAtomic(filepath.Join(dir, "results.md"), func(w io.Writer) error {
+	if err := atomicfile.Write(filepath.Join(dir, "results.md"), func(w io.Writer) error {
 		_, err := io.WriteString(w, res.Table)
 		return err
 	}); err != nil {
@@ -153,7 +154,7 @@ func (res *ExperimentResult) write(dir string) error {
 	if err != nil {
 		return fmt.Errorf("results.json: %w", err)
 	}
-	return pipeline.WriteFileAtomic(filepath.Join(dir, "results.json"), func(w io.Writer) error {
+	return atomicfile.Write(filepath.Join(dir, "results.json"), func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
 		return err
 	})
@@ -265,12 +266,5 @@ func startModel(ctx context.Context, cfg pipeline.Config, s pipeline.Start, prog
 		Steps: e.PretrainSteps, BatchSeqs: e.PretrainBatch, LR: e.PretrainLR, Seed: s.Seed, Threads: cfg.Model.Threads}); err != nil {
 		return "", err
 	}
-	b, err := json.MarshalIndent(stamp, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	return out, pipeline.WriteFileAtomic(stampPath, func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
-		return err
-	})
+	return out, atomicfile.WriteJSON(stampPath, stamp)
 }

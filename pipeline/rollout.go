@@ -352,7 +352,7 @@ func resumeRollouts(out string, G int, prov RolloutProvenance) (map[string]bool,
 	pp := ProvenancePath(out)
 	fi, err := os.Stat(out)
 	if errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
-		return nil, WriteJSON(pp, prov)
+		return nil, atomicfile.WriteJSON(pp, prov)
 	}
 	if err != nil {
 		return nil, err

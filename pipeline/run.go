@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/internal/crashpoint"
 	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/llama"
@@ -419,7 +420,7 @@ func reuseBefore(from, dir string, cfg Config) (*EvalResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := WriteFileAtomic(filepath.Join(dst, e.Name()), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+		if err := atomicfile.Write(filepath.Join(dst, e.Name()), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 			return nil, err
 		}
 	}
@@ -707,7 +708,7 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 			}
 		}
 		if !bytes.Equal(old, buf.Bytes()) { // more steps: the folder says so
-			if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+			if err := atomicfile.Write(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 				return nil, err
 			}
 		}
@@ -720,7 +721,7 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+	if err := atomicfile.Write(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 		return nil, err
 	}
 	crashpoint.At("run-folder-created")
@@ -746,7 +747,7 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(filepath.Join(tmp, "optimizer.bin"), func(w io.Writer) error { _, err := w.Write(opt); return err }); err != nil {
+	if err := atomicfile.Write(filepath.Join(tmp, "optimizer.bin"), func(w io.Writer) error { _, err := w.Write(opt); return err }); err != nil {
 		return err
 	}
 	crashpoint.At("checkpoint-files")
@@ -764,11 +765,7 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 		}
 	}
 	ck := Checkpoint{Step: step, Dir: name, Adapter: "adapter.gguf", Optimizer: "optimizer.bin", Time: time.Now().UTC().Format(time.RFC3339)}
-	b, err := json.MarshalIndent(ck, "", "  ")
-	if err != nil {
-		return fmt.Errorf("checkpoint record: %w", err)
-	}
-	if err := WriteFileAtomic(filepath.Join(dir, CheckpointFile), func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, CheckpointFile), ck); err != nil {
 		return err
 	}
 	crashpoint.At("checkpoint-recorded")

@@ -236,7 +236,7 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 		}
 		// The rollout's provenance goes along, for the export.
 		if b, err := os.ReadFile(ProvenancePath(opts.In)); err == nil {
-			if err := WriteFileAtomic(ProvenancePath(opts.Out), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+			if err := atomicfile.Write(ProvenancePath(opts.Out), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 				return Summary{}, err
 			}
 		}

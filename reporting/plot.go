@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/pipeline"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -200,7 +201,7 @@ func savePNG(p *plot.Plot, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return pipeline.WriteFileAtomic(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		_, err := c.WriteTo(w)
 		return err
 	})

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/pipeline"
@@ -225,7 +226,7 @@ func GenTask(o GenTaskOptions) (GenTaskResult, error) {
 	// accuracy measures problems the model has not seen) nor, with RL, the
 	// RL prompts.
 	corpus := tasks.Corpus(pre, o.Seed)
-	if err := pipeline.WriteFileAtomic(res.Corpus, func(w io.Writer) error { return tasks.WriteCorpus(w, corpus) }); err != nil {
+	if err := atomicfile.Write(res.Corpus, func(w io.Writer) error { return tasks.WriteCorpus(w, corpus) }); err != nil {
 		return res, err
 	}
 	res.TrainN, res.EvalN, res.CorpusN = len(trainPs), len(evalPs), len(corpus)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
 )
@@ -55,7 +56,7 @@ func evalCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	if p := c.String("junit"); p != "" {
-		if err := pipeline.WriteFileAtomic(p, func(w io.Writer) error { return reporting.WriteJUnit(w, res) }); err != nil {
+		if err := atomicfile.Write(p, func(w io.Writer) error { return reporting.WriteJUnit(w, res) }); err != nil {
 			return err
 		}
 	}

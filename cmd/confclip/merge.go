@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/internal/english"
-	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
 	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/shard/merge"
@@ -86,7 +86,7 @@ func mergeScoresCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	if p := c.String("summary"); p != "" {
-		return pipeline.WriteJSON(p, res.Summary)
+		return atomicfile.WriteJSON(p, res.Summary)
 	}
 	return nil
 }
@@ -97,7 +97,7 @@ func mergeEvalCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	if p := c.String("out"); p != "" {
-		if err := pipeline.WriteJSON(p, res); err != nil {
+		if err := atomicfile.WriteJSON(p, res); err != nil {
 			return err
 		}
 	} else {

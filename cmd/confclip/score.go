@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
 )
@@ -57,11 +56,7 @@ func scoreCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	if path := c.String("summary"); path != "" {
-		b, err := json.MarshalIndent(sum, "", "  ")
-		if err != nil {
-			return err
-		}
-		return pipeline.WriteFileAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+		return atomicfile.WriteJSON(path, sum)
 	}
 	return nil
 }

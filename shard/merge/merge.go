@@ -116,7 +116,7 @@ func Rollouts(inputs []string, out string) (Result, error) {
 	res.Shards = whole.N
 	merged := first
 	merged.Shard = ""
-	if err := pipeline.WriteJSON(pipeline.ProvenancePath(out), merged); err != nil {
+	if err := atomicfile.WriteJSON(pipeline.ProvenancePath(out), merged); err != nil {
 		w.Abort()
 		return res, err
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/internal/pipelinetest"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/shard"
@@ -80,7 +81,7 @@ func TestShardUnion(t *testing.T) {
 					t.Fatal(err)
 				}
 				sp := filepath.Join(sd, fmt.Sprintf("summary-%d.json", k))
-				if err := pipeline.WriteJSON(sp, sum); err != nil {
+				if err := atomicfile.WriteJSON(sp, sum); err != nil {
 					t.Fatal(err)
 				}
 				sums = append(sums, sp)
@@ -89,7 +90,7 @@ func TestShardUnion(t *testing.T) {
 					t.Fatal(err)
 				}
 				ep := filepath.Join(sd, fmt.Sprintf("eval-%d.json", k))
-				if err := pipeline.WriteJSON(ep, ev); err != nil {
+				if err := atomicfile.WriteJSON(ep, ev); err != nil {
 					t.Fatal(err)
 				}
 				evals = append(evals, ep)
