@@ -69,7 +69,9 @@ func RunFixture(t *testing.T) pipeline.Config {
 			t.Fatal(err)
 		}
 		for i := 0; i < n; i++ {
-			w.Write(dataset.Prompt{ID: fmt.Sprintf("%s-%d", name, i), Prompt: fmt.Sprintf("Say %d:", i), Answer: "x"})
+			if err := w.Write(dataset.Prompt{ID: fmt.Sprintf("%s-%d", name, i), Prompt: fmt.Sprintf("Say %d:", i), Answer: "x"}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := w.Commit(); err != nil {
 			t.Fatal(err)
