@@ -151,7 +151,8 @@ func TestOutputPlurals(t *testing.T) {
 	if err := os.WriteFile("one.jsonl", []byte(`{"id":"p0","prompt":"Say 0:","answer":"0"}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	oneS := regexp.MustCompile(`\b1 [a-z-]+( [a-z-]+)?s\b`)
+	// A count of 1, not the end of a number ("409.1 tokens/s").
+	oneS := regexp.MustCompile(`(?:^|[^0-9.])1 [a-z-]+( [a-z-]+)?s\b`)
 	var all strings.Builder
 	for _, c := range []struct {
 		args []string
