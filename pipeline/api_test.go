@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/internal/testutil"
 )
 
 // apiFixture writes the tiny generated model and a prompt file whose lines
@@ -21,16 +21,9 @@ import (
 func apiFixture(t *testing.T, lines ...string) (Config, string) {
 	t.Helper()
 	dir := t.TempDir()
-	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(dir, "prompts.jsonl")
-	if err := os.WriteFile(data, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	data := testutil.WriteLines(t, dir, "prompts.jsonl", lines...)
 	cfg := DefaultConfig()
-	cfg.Model.Path = model
+	cfg.Model.Path = testutil.TinyModel(t, dir)
 	cfg.Model.Ctx = 128
 	cfg.Rollout.Group = 3
 	cfg.Rollout.MaxTokens = 5

@@ -11,8 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/internal/testutil"
 )
 
 // runFixture writes the tiny generated model and prompts for a task that a
@@ -22,29 +21,11 @@ import (
 func runFixture(t *testing.T) Config {
 	t.Helper()
 	dir := t.TempDir()
-	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
-		t.Fatal(err)
-	}
-	write := func(name string, n int) string {
-		path := filepath.Join(dir, name)
-		w, err := dataset.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n; i++ {
-			w.Write(dataset.Prompt{ID: fmt.Sprintf("%s-%d", name, i), Prompt: fmt.Sprintf("Say %d:", i), Answer: "x"})
-		}
-		if err := w.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
 	cfg := DefaultConfig()
-	cfg.Model.Path = model
+	cfg.Model.Path = testutil.TinyModel(t, dir)
 	cfg.Model.Ctx = 128
-	cfg.Data.Train = write("train.jsonl", 6)
-	cfg.Data.Eval = write("eval.jsonl", 3)
+	cfg.Data.Train = testutil.SayPrompts(t, dir, "train.jsonl", 6)
+	cfg.Data.Eval = testutil.SayPrompts(t, dir, "eval.jsonl", 3)
 	cfg.Verifier.Name = "format"
 	cfg.Verifier.Pattern = `^\s*[a-m]`
 	cfg.Rollout.Group = 4

@@ -5,14 +5,10 @@
 package pipelinetest
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -22,16 +18,9 @@ import (
 func Fixture(t *testing.T, lines ...string) (pipeline.Config, string) {
 	t.Helper()
 	dir := t.TempDir()
-	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(dir, "prompts.jsonl")
-	if err := os.WriteFile(data, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	data := testutil.WriteLines(t, dir, "prompts.jsonl", lines...)
 	cfg := pipeline.DefaultConfig()
-	cfg.Model.Path = model
+	cfg.Model.Path = testutil.TinyModel(t, dir)
 	cfg.Model.Ctx = 128
 	cfg.Rollout.Group = 3
 	cfg.Rollout.MaxTokens = 5
@@ -58,31 +47,11 @@ func Open(t *testing.T, cfg pipeline.Config) *pipeline.Model {
 func RunFixture(t *testing.T) pipeline.Config {
 	t.Helper()
 	dir := t.TempDir()
-	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
-		t.Fatal(err)
-	}
-	write := func(name string, n int) string {
-		path := filepath.Join(dir, name)
-		w, err := dataset.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n; i++ {
-			if err := w.Write(dataset.Prompt{ID: fmt.Sprintf("%s-%d", name, i), Prompt: fmt.Sprintf("Say %d:", i), Answer: "x"}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
 	cfg := pipeline.DefaultConfig()
-	cfg.Model.Path = model
+	cfg.Model.Path = testutil.TinyModel(t, dir)
 	cfg.Model.Ctx = 128
-	cfg.Data.Train = write("train.jsonl", 6)
-	cfg.Data.Eval = write("eval.jsonl", 3)
+	cfg.Data.Train = testutil.SayPrompts(t, dir, "train.jsonl", 6)
+	cfg.Data.Eval = testutil.SayPrompts(t, dir, "eval.jsonl", 3)
 	cfg.Verifier.Name = "format"
 	cfg.Verifier.Pattern = `^\s*[a-m]`
 	cfg.Rollout.Group = 4
