@@ -52,8 +52,8 @@ type EvalOptions struct {
 	// Dir receives the generated and scored records; "" uses a temporary
 	// folder, removed afterwards.
 	Dir string
-	// Shard, when set, evaluates only the prompts of one shard (shard.go);
-	// MergeEval joins the shards' results.
+	// Shard, when set, evaluates only the prompts of one shard (package shard);
+	// merge.Eval joins the shards' results.
 	Shard shard.Shard
 	// Progress, when set, receives EvalProgress events.
 	Progress func(Event)
@@ -73,7 +73,7 @@ type EvalCase struct {
 	// counts as wrong.
 	Error string `json:"error"`
 	// Confidence is the greedy completion's; SampledCorrect counts the
-	// right ones of the K samples. With them MergeEval recomputes the
+	// right ones of the K samples. With them merge.Eval recomputes the
 	// calibration, sampled accuracy and pass@K of shards exactly.
 	Confidence     float64 `json:"confidence"`
 	SampledCorrect int     `json:"sampled_correct"`

@@ -36,7 +36,7 @@ type RolloutOptions struct {
 	Restart bool
 	// Progress, when set, receives a RolloutProgress after each group.
 	Progress func(Event)
-	// Shard, when set, takes only the prompts of one shard (shard.go).
+	// Shard, when set, takes only the prompts of one shard (package shard).
 	Shard shard.Shard
 	// Source, when set, generates the groups instead of the model (which
 	// may then be nil): an OpenAI-compatible server (server.Client).
@@ -108,7 +108,7 @@ type RolloutProvenance struct {
 	Adapter       string          `json:"adapter,omitempty"` // path when written (not compared)
 	AdapterSHA256 string          `json:"adapter_sha256"`
 	Settings      RolloutSettings `json:"settings"`
-	// Shard is "K/N" when the file holds one shard's prompts (shard.go).
+	// Shard is "K/N" when the file holds one shard's prompts (package shard).
 	Shard string `json:"shard,omitempty"`
 }
 

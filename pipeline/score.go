@@ -46,7 +46,7 @@ type ScoreOptions struct {
 	// take their prompt and answer from when they do not carry them.
 	Prompts   string
 	PromptMap string
-	// Shard, when set, scores only the groups of one shard (shard.go); a
+	// Shard, when set, scores only the groups of one shard (package shard); a
 	// malformed line, which has no prompt id, is counted by shard 0 only.
 	Shard shard.Shard
 }

@@ -25,7 +25,7 @@ type TeacherForceOptions struct {
 	Chunk int
 	// Progress, when set, receives a TeacherForceProgress after each chunk.
 	Progress func(Event)
-	// Shard, when set, takes only the records of one shard (shard.go), by
+	// Shard, when set, takes only the records of one shard (package shard), by
 	// prompt_id, or by line for records without one.
 	Shard shard.Shard
 }

@@ -58,7 +58,7 @@ type VerifyFileOptions struct {
 	W   io.Writer
 	// Jobs is how many verifications run at once; 0 = the cores.
 	Jobs int
-	// Shard, when set, verifies only the lines of one shard (shard.go), by
+	// Shard, when set, verifies only the lines of one shard (package shard), by
 	// their prompt_id (or id), or by line for lines without one; each
 	// result then also has the input's line and id.
 	Shard shard.Shard

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestResolveShard(t *testing.T) {
+func TestResolve(t *testing.T) {
 	env := func(kv ...string) func(string) string {
 		m := map[string]string{}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -47,9 +47,9 @@ func TestResolveShard(t *testing.T) {
 	}
 }
 
-// TestShardOfIsStable: a prompt's shard depends on its id and N only, and
+// TestOfIsStable: a prompt's shard depends on its id and N only, and
 // the shards are roughly even.
-func TestShardOfIsStable(t *testing.T) {
+func TestOfIsStable(t *testing.T) {
 	count := make([]int, 7)
 	for i := range 7000 {
 		id := fmt.Sprintf("p%d", i)
