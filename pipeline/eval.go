@@ -215,6 +215,7 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 	for i, msg := range failed {
 		res.Cases[i].Error = msg
 	}
+	var order []int // the cases in the order of their records, for the calibration's sums
 	for _, r := range recs {
 		i, ok := byID[r.PromptID]
 		if !ok || res.Cases[i].Error != "" {
@@ -223,6 +224,7 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 		c := &res.Cases[i]
 		c.Correct, c.Extracted, c.Reason = r.VerifierResult.Correct, r.VerifierResult.Extracted, r.VerifierResult.Reason
 		c.Text, c.Tokens, c.Confidence = r.Text, len(r.Tokens), r.Confidence
+		order = append(order, i)
 	}
 	if sampled != nil {
 		srecs, _, err := generateAndScore(ctx, cfg, sampled, pf, filepath.Join(dir, "sampled"), phaseProgress(progress, "sampled"))
@@ -236,7 +238,7 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 			}
 		}
 	}
-	res.SetStats()
+	res.setStats(order)
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
 }
@@ -246,11 +248,14 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 // the generated completions, and with samples the sampled accuracy and
 // pass@K. Evaluate builds its result this way, and merging shards rebuilds
 // the whole's from the cases.
-func (res *EvalResult) SetStats() {
+func (res *EvalResult) SetStats() { res.setStats(nil) }
+
+// setStats is SetStats with the calibration summed over the generated
+// cases in the given order (nil: the cases' order), so that Evaluate's
+// sums run in the order of its records, as they always have.
+func (res *EvalResult) setStats(order []int) {
 	res.Prompts = len(res.Cases)
 	res.Failed, res.Correct = 0, 0
-	var conf []float64
-	var correct []bool
 	tokens, sampledRight, passed := 0, 0, 0
 	for _, c := range res.Cases {
 		switch {
@@ -261,12 +266,23 @@ func (res *EvalResult) SetStats() {
 			res.Correct++
 		}
 		tokens += c.Tokens
-		conf = append(conf, c.Confidence)
-		correct = append(correct, c.Correct)
 		sampledRight += c.SampledCorrect
 		if c.SampledCorrect > 0 {
 			passed++
 		}
+	}
+	if order == nil {
+		for i, c := range res.Cases {
+			if c.Error == "" {
+				order = append(order, i)
+			}
+		}
+	}
+	var conf []float64
+	var correct []bool
+	for _, i := range order {
+		conf = append(conf, res.Cases[i].Confidence)
+		correct = append(correct, res.Cases[i].Correct)
 	}
 	if res.Prompts > 0 {
 		res.Accuracy = float64(res.Correct) / float64(res.Prompts)
