@@ -266,7 +266,7 @@ func RegisterParquet(c ParquetCodec) { registered = c }
 // this program was built without one.
 func parquetCodec(path string) (ParquetCodec, error) {
 	if registered == nil {
-		return nil, fmt.Errorf("%s: a Parquet file, and this program was built without Parquet support (import github.com/confclip/confclip/dataset/parquetio)", path)
+		return nil, fmt.Errorf("%s: Parquet, and this program was built without Parquet support (import github.com/confclip/confclip/dataset/parquetio)", path)
 	}
 	return registered, nil
 }
