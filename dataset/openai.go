@@ -194,50 +194,9 @@ func readLogprobs(ro *Rollout, raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
-	var lp struct {
-		// chat completions
-		Content *[]struct {
-			Token   string   `json:"token"`
-			Logprob *float64 `json:"logprob"`
-			Bytes   []int    `json:"bytes"`
-		} `json:"content"`
-		// completions (legacy)
-		Tokens        []string   `json:"tokens"`
-		TokenLogprobs []*float64 `json:"token_logprobs"`
-	}
-	if err := json.Unmarshal(raw, &lp); err != nil {
-		return fmt.Errorf("logprobs: %w", err)
-	}
-	var pieces [][]byte
-	var lps []*float64
-	switch {
-	case lp.Content != nil:
-		for _, t := range *lp.Content {
-			b := []byte(t.Token)
-			if t.Bytes != nil {
-				b = make([]byte, len(t.Bytes))
-				for i, x := range t.Bytes {
-					b[i] = byte(x)
-				}
-			}
-			pieces = append(pieces, b)
-			lps = append(lps, t.Logprob)
-		}
-	case lp.TokenLogprobs != nil:
-		if len(lp.Tokens) != 0 && len(lp.Tokens) != len(lp.TokenLogprobs) {
-			return fmt.Errorf("logprobs: %d tokens but %d token_logprobs", len(lp.Tokens), len(lp.TokenLogprobs))
-		}
-		for i, l := range lp.TokenLogprobs {
-			if len(lp.Tokens) > 0 {
-				pieces = append(pieces, []byte(lp.Tokens[i]))
-			}
-			lps = append(lps, l)
-		}
-	default:
-		return nil
-	}
-	if len(lps) == 0 {
-		return nil
+	pieces, lps, err := logprobPieces(raw)
+	if err != nil || len(lps) == 0 {
+		return err
 	}
 	ro.Logprobs = make([]float64, len(lps))
 	for i, l := range lps {
@@ -246,20 +205,7 @@ func readLogprobs(ro *Rollout, raw json.RawMessage) error {
 		}
 		ro.Logprobs[i] = *l
 	}
-	// Token ids, when every piece is "token_id:N".
-	ids := make([]int32, 0, len(pieces))
-	for _, p := range pieces {
-		s, ok := strings.CutPrefix(string(p), "token_id:")
-		if !ok {
-			break
-		}
-		n, err := strconv.ParseInt(s, 10, 32)
-		if err != nil {
-			break
-		}
-		ids = append(ids, int32(n))
-	}
-	if len(pieces) > 0 && len(ids) == len(pieces) {
+	if ids := tokenIDs(pieces); len(pieces) > 0 && len(ids) == len(pieces) {
 		ro.Tokens = ids
 		return nil
 	}
@@ -277,6 +223,68 @@ func readLogprobs(ro *Rollout, raw json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// logprobPieces reads a choice's logprobs in either API's shape: each
+// token's text (its bytes, when given) and log-prob (nil when missing).
+func logprobPieces(raw json.RawMessage) (pieces [][]byte, lps []*float64, err error) {
+	var lp struct {
+		// chat completions
+		Content *[]struct {
+			Token   string   `json:"token"`
+			Logprob *float64 `json:"logprob"`
+			Bytes   []int    `json:"bytes"`
+		} `json:"content"`
+		// completions (legacy)
+		Tokens        []string   `json:"tokens"`
+		TokenLogprobs []*float64 `json:"token_logprobs"`
+	}
+	if err := json.Unmarshal(raw, &lp); err != nil {
+		return nil, nil, fmt.Errorf("logprobs: %w", err)
+	}
+	switch {
+	case lp.Content != nil:
+		for _, t := range *lp.Content {
+			b := []byte(t.Token)
+			if t.Bytes != nil {
+				b = make([]byte, len(t.Bytes))
+				for i, x := range t.Bytes {
+					b[i] = byte(x)
+				}
+			}
+			pieces = append(pieces, b)
+			lps = append(lps, t.Logprob)
+		}
+	case lp.TokenLogprobs != nil:
+		if len(lp.Tokens) != 0 && len(lp.Tokens) != len(lp.TokenLogprobs) {
+			return nil, nil, fmt.Errorf("logprobs: %d tokens but %d token_logprobs", len(lp.Tokens), len(lp.TokenLogprobs))
+		}
+		for i, l := range lp.TokenLogprobs {
+			if len(lp.Tokens) > 0 {
+				pieces = append(pieces, []byte(lp.Tokens[i]))
+			}
+			lps = append(lps, l)
+		}
+	}
+	return pieces, lps, nil
+}
+
+// tokenIDs reads the pieces as token ids ("token_id:N", as servers write
+// them when asked for ids), stopping at the first that is not one.
+func tokenIDs(pieces [][]byte) []int32 {
+	ids := make([]int32, 0, len(pieces))
+	for _, p := range pieces {
+		s, ok := strings.CutPrefix(string(p), "token_id:")
+		if !ok {
+			break
+		}
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil {
+			break
+		}
+		ids = append(ids, int32(n))
+	}
+	return ids
 }
 
 func rawScalar(raw json.RawMessage) (string, error) {

@@ -653,7 +653,11 @@ func readRowsOf(path string, skipBad bool) (rows []map[string]any, lines []int, 
 	head := make([]byte, 4)
 	// A file shorter than the magic is not Parquet (ReadFull's error).
 	if _, err := io.ReadFull(f, head); err == nil && bytes.Equal(head, []byte("PAR1")) {
-		rows, err := ReadParquetRows(path)
+		c, err := parquetCodec(path)
+		if err != nil {
+			return nil, nil, "", nil, nil, err
+		}
+		rows, err := c.ReadRows(path)
 		if err != nil {
 			return nil, nil, "", nil, nil, err
 		}

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/parquet-go/parquet-go"
 )
 
 func writeFile(t *testing.T, name, text string) string {
@@ -81,57 +79,6 @@ func TestReadPromptsShapes(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// verl's own Parquet layout: prompt as messages, the answer nested in
-// reward_model, the id in extra_info.index.
-type verlMsg struct {
-	Role    string `parquet:"role"`
-	Content string `parquet:"content"`
-}
-type verlRow struct {
-	DataSource  string    `parquet:"data_source"`
-	Prompt      []verlMsg `parquet:"prompt,list"`
-	Ability     string    `parquet:"ability"`
-	RewardModel struct {
-		GroundTruth string `parquet:"ground_truth"`
-		Style       string `parquet:"style"`
-	} `parquet:"reward_model"`
-	ExtraInfo struct {
-		Index int64  `parquet:"index"`
-		Split string `parquet:"split"`
-	} `parquet:"extra_info"`
-}
-
-func TestReadPromptsVerlParquet(t *testing.T) {
-	var rows []verlRow
-	for i, q := range []string{"1+1=", "2+5="} {
-		r := verlRow{DataSource: "openai/gsm8k", Prompt: []verlMsg{{"user", q}}, Ability: "math"}
-		r.RewardModel.GroundTruth, r.RewardModel.Style = []string{"2", "7"}[i], "rule"
-		r.ExtraInfo.Index, r.ExtraInfo.Split = int64(10+i), "train"
-		rows = append(rows, r)
-	}
-	path := filepath.Join(t.TempDir(), "train.parquet")
-	if err := parquet.WriteFile(path, rows); err != nil {
-		t.Fatal(err)
-	}
-	pf, err := ReadPrompts(path, FieldMap{}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "read as verl parquet: messages=prompt, answer=reward_model.ground_truth"; !strings.HasPrefix(pf.Shape, want) {
-		t.Errorf("shape %q, want %q", pf.Shape, want)
-	}
-	if len(pf.Prompts) != 2 {
-		t.Fatalf("%d prompts", len(pf.Prompts))
-	}
-	p := pf.Prompts[1]
-	if p.ID != "11" || p.Answer != "7" || len(p.Messages) != 1 || p.Messages[0].Content != "2+5=" {
-		t.Errorf("row 2 = %+v", p)
-	}
-	if p.Meta["data_source"] != "openai/gsm8k" {
-		t.Errorf("data_source not kept in meta: %v", p.Meta)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"unsafe"
 )
 
@@ -20,8 +21,8 @@ type ContextParams struct {
 	NUBatch   int    // tokens per compute step (0 = min(NBatch, 512))
 	NSeqMax   int    // most sequences in flight (0 = 1)
 	Threads   int    // 0 = the machine's cores
-	FlashAttn string // "auto" (default), "on" or "off"
-	TypeK     string // KV cache type for K: "f16" (default), "f32", "q8_0", ...
+	FlashAttn string // a FlashAttn's name: "auto" (default), "on" or "off"; parsed by ParseFlashAttn
+	TypeK     string // a KVType's name for K: "f16" (default), "f32", "q8_0", ...; parsed by ParseKVType
 	TypeV     string // likewise for V
 	// TrainingGraphs sizes the compute graph for PGEval's backward pass
 	// (several times the forward graph's nodes).
@@ -70,10 +71,112 @@ func (r *ctxRes) free() {
 	delete(r.m.ctxs, r)
 }
 
-var kvTypes = map[string]C.enum_ggml_type{
-	"f32": C.GGML_TYPE_F32, "f16": C.GGML_TYPE_F16, "bf16": C.GGML_TYPE_BF16,
-	"q8_0": C.GGML_TYPE_Q8_0, "q4_0": C.GGML_TYPE_Q4_0, "q4_1": C.GGML_TYPE_Q4_1,
-	"q5_0": C.GGML_TYPE_Q5_0, "q5_1": C.GGML_TYPE_Q5_1,
+// FlashAttn is how a context uses flash attention.
+type FlashAttn int
+
+const (
+	FlashAttnAuto FlashAttn = iota // llama.cpp decides (the default)
+	FlashAttnOn
+	FlashAttnOff
+)
+
+var flashAttns = [...]struct {
+	name string
+	c    C.enum_llama_flash_attn_type
+}{
+	FlashAttnAuto: {"auto", C.LLAMA_FLASH_ATTN_TYPE_AUTO},
+	FlashAttnOn:   {"on", C.LLAMA_FLASH_ATTN_TYPE_ENABLED},
+	FlashAttnOff:  {"off", C.LLAMA_FLASH_ATTN_TYPE_DISABLED},
+}
+
+// String is the setting's name.
+func (f FlashAttn) String() string {
+	if f < 0 || int(f) >= len(flashAttns) {
+		return fmt.Sprintf("FlashAttn(%d)", int(f))
+	}
+	return flashAttns[f].name
+}
+
+// ParseFlashAttn reads a flash attention setting by name ("" is auto).
+func ParseFlashAttn(s string) (FlashAttn, error) {
+	if s == "" {
+		return FlashAttnAuto, nil
+	}
+	for i, f := range flashAttns {
+		if f.name == s {
+			return FlashAttn(i), nil
+		}
+	}
+	return 0, fmt.Errorf("llama: flash attention %q: want auto, on or off", s)
+}
+
+// KVType is the element type of a KV cache.
+type KVType int
+
+const (
+	KVDefault KVType = iota // llama.cpp's default (f16)
+	KVF32
+	KVF16
+	KVBF16
+	KVQ8_0
+	KVQ4_0
+	KVQ4_1
+	KVQ5_0
+	KVQ5_1
+)
+
+var kvTypes = [...]struct {
+	name string
+	c    C.enum_ggml_type
+}{
+	KVDefault: {"", 0}, KVF32: {"f32", C.GGML_TYPE_F32}, KVF16: {"f16", C.GGML_TYPE_F16}, KVBF16: {"bf16", C.GGML_TYPE_BF16},
+	KVQ8_0: {"q8_0", C.GGML_TYPE_Q8_0}, KVQ4_0: {"q4_0", C.GGML_TYPE_Q4_0}, KVQ4_1: {"q4_1", C.GGML_TYPE_Q4_1},
+	KVQ5_0: {"q5_0", C.GGML_TYPE_Q5_0}, KVQ5_1: {"q5_1", C.GGML_TYPE_Q5_1},
+}
+
+// String is the type's name ("" for the default).
+func (t KVType) String() string {
+	if t < 0 || int(t) >= len(kvTypes) {
+		return fmt.Sprintf("KVType(%d)", int(t))
+	}
+	return kvTypes[t].name
+}
+
+// ParseKVType reads a KV cache type by name ("" is the default).
+func ParseKVType(s string) (KVType, error) {
+	for i, t := range kvTypes {
+		if t.name == s {
+			return KVType(i), nil
+		}
+	}
+	var names []string
+	for _, t := range kvTypes[1:] {
+		names = append(names, t.name)
+	}
+	return 0, fmt.Errorf("llama: unknown KV cache type %q (want one of %s)", s, strings.Join(names, ", "))
+}
+
+// cacheParams sets the context parameters' flash attention and KV cache
+// types from their names, parsed once here.
+func (p ContextParams) cacheParams(cp *C.struct_llama_context_params) error {
+	fa, err := ParseFlashAttn(p.FlashAttn)
+	if err != nil {
+		return err
+	}
+	cp.flash_attn_type = flashAttns[fa].c
+	for _, kv := range []struct {
+		name string
+		dst  *C.enum_ggml_type
+	}{{p.TypeK, &cp.type_k}, {p.TypeV, &cp.type_v}} {
+		t, err := ParseKVType(kv.name)
+		if err != nil {
+			return err
+		}
+		if t != KVDefault {
+			*kv.dst = kvTypes[t].c
+		}
+	}
+	return nil
 }
 
 // NewContext creates a context for the model.
@@ -126,28 +229,8 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 	// One KV buffer shared by all sequences, so that a group of sequences can
 	// share its prompt's cells and NCtx is a budget over all of them.
 	cp.kv_unified = true
-	switch p.FlashAttn {
-	case "", "auto":
-		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_AUTO
-	case "on":
-		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
-	case "off":
-		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
-	default:
-		return nil, fmt.Errorf("llama: flash attention %q: want auto, on or off", p.FlashAttn)
-	}
-	for _, kv := range []struct {
-		name string
-		dst  *C.enum_ggml_type
-	}{{p.TypeK, &cp.type_k}, {p.TypeV, &cp.type_v}} {
-		if kv.name == "" {
-			continue
-		}
-		t, ok := kvTypes[kv.name]
-		if !ok {
-			return nil, fmt.Errorf("llama: unknown KV cache type %q", kv.name)
-		}
-		*kv.dst = t
+	if err := p.cacheParams(&cp); err != nil {
+		return nil, err
 	}
 	var prof *profState
 	if p.Profile {

@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/rollout"
 )
 
 // readOpenAI reads s.opts.In when it holds OpenAI responses (dataset.
@@ -19,35 +19,10 @@ import (
 // Prompts): by custom_id or prompt_id, else the n-th response answers the
 // n-th prompt.
 func (s *scorer) readOpenAI() (recs []*scoreRecord, ok bool, err error) {
-	f, err := os.Open(s.opts.In)
-	if err != nil {
-		return nil, false, err
+	lines, err := openAILines(s.opts.In)
+	if len(lines) == 0 || err != nil {
+		return nil, err != nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), dataset.MaxLineBytes)
-	type line struct {
-		n int
-		b []byte
-	}
-	var lines []line
-	for n := 1; sc.Scan(); n++ {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		if len(lines) == 0 && !dataset.IsOpenAILine(b) {
-			return nil, false, nil
-		}
-		lines = append(lines, line{n, bytes.Clone(b)})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, true, fmt.Errorf("%s: %w", s.opts.In, err)
-	}
-	if len(lines) == 0 {
-		return nil, false, nil
-	}
-
 	var pf dataset.PromptFile
 	byID := map[string]*dataset.Prompt{}
 	if s.opts.Prompts != "" {
@@ -60,25 +35,9 @@ func (s *scorer) readOpenAI() (recs []*scoreRecord, ok bool, err error) {
 	}
 	samples := map[string]int{} // next sample index per prompt id
 	for i, ln := range lines {
-		bad := func(kind string, err error) error {
-			return s.fail(kind, 1, &dataset.LineError{File: s.opts.In, Line: ln.n, Err: err})
-		}
-		rec, err := dataset.ParseOpenAILine(ln.b)
+		ros, kind, err := s.openAIRollouts(ln.b, pf, byID, i)
 		if err != nil {
-			if err := bad(badJSON, err); err != nil {
-				return nil, true, err
-			}
-			continue
-		}
-		if err := s.joinPrompt(&rec, pf, byID, i); err != nil {
-			if err := bad(badRecord, err); err != nil {
-				return nil, true, err
-			}
-			continue
-		}
-		ros, err := rec.Rollouts()
-		if err != nil {
-			if err := bad(badRecord, err); err != nil {
+			if err := s.fail(kind, 1, &dataset.LineError{File: s.opts.In, Line: ln.n, Err: err}); err != nil {
 				return nil, true, err
 			}
 			continue
@@ -99,6 +58,56 @@ func (s *scorer) readOpenAI() (recs []*scoreRecord, ok bool, err error) {
 		}
 	}
 	return recs, true, nil
+}
+
+// openAILine is a non-blank line of a file of OpenAI responses.
+type openAILine struct {
+	n int
+	b []byte
+}
+
+// openAILines reads the file's non-blank lines when its first one is an
+// OpenAI response (none otherwise: the file is read as rollouts).
+func openAILines(path string) ([]openAILine, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), dataset.MaxLineBytes)
+	var lines []openAILine
+	for n := 1; sc.Scan(); n++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		if len(lines) == 0 && !dataset.IsOpenAILine(b) {
+			return nil, nil
+		}
+		lines = append(lines, openAILine{n, bytes.Clone(b)})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return lines, nil
+}
+
+// openAIRollouts turns one response into rollout records, joined with its
+// prompt; kind names what was wrong with a line that could not be.
+func (s *scorer) openAIRollouts(b []byte, pf dataset.PromptFile, byID map[string]*dataset.Prompt, i int) ([]dataset.Rollout, string, error) {
+	rec, err := dataset.ParseOpenAILine(b)
+	if err != nil {
+		return nil, badJSON, err
+	}
+	if err := s.joinPrompt(&rec, pf, byID, i); err != nil {
+		return nil, badRecord, err
+	}
+	ros, err := rec.Rollouts()
+	if err != nil {
+		return nil, badRecord, err
+	}
+	return ros, "", nil
 }
 
 // joinPrompt fills what a response lacks (prompt id, prompt, answer,
@@ -142,14 +151,7 @@ func (s *scorer) joinPrompt(rec *dataset.OpenAIRecord, pf dataset.PromptFile, by
 	// rendered it; teacher forcing must see the same text.
 	chat := rec.Response.Object == "chat.completion" || len(rec.Response.Choices) > 0 && rec.Response.Choices[0].Message != nil
 	if m := s.opts.Model; m != nil && m.llm != nil && (chat || len(rec.Messages) > 0) {
-		msgs := make([]llama.Message, 0, len(rec.Messages)+1)
-		for _, x := range rec.Messages {
-			msgs = append(msgs, llama.Message{Role: x.Role, Content: x.Content})
-		}
-		if len(msgs) == 0 {
-			msgs = append(msgs, llama.Message{Role: "user", Content: rec.Prompt})
-		}
-		text, err := m.llm.ApplyChatTemplate(m.cfg.ChatTemplate, msgs, true)
+		text, err := rollout.RenderChat(m.llm, m.cfg.ChatTemplate, rec.Messages, rec.Prompt)
 		if err != nil {
 			return fmt.Errorf("prompt %q: chat template: %w", rec.PromptID, err)
 		}

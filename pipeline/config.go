@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -230,3 +233,111 @@ func (e configError) Unwrap() error      { return e.error }
 
 // ErrNoModel is returned by stages that need a model when none was given.
 var ErrNoModel = errors.New("no model given (--model or [model] path)")
+
+// Start is one entry of experiment.starts: a pre-training seed (a TOML
+// integer) or a model path (a TOML string).
+type Start struct {
+	Seed uint64
+	Path string
+}
+
+// UnmarshalTOML reads an integer as a pre-training seed, a string as a path.
+func (s *Start) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		if x < 0 {
+			return fmt.Errorf("start %d: a pre-training seed is 0 or more", x)
+		}
+		*s = Start{Seed: uint64(x)}
+	case string:
+		if x == "" {
+			return errors.New("start \"\": want a model path or a pre-training seed")
+		}
+		*s = Start{Path: x}
+	default:
+		return fmt.Errorf("start %v: want a pre-training seed (integer) or a model path (string)", v)
+	}
+	return nil
+}
+
+// MarshalTOML writes a start as it is read.
+func (s Start) MarshalTOML() ([]byte, error) {
+	if s.Path != "" {
+		return []byte(strconv.Quote(s.Path)), nil
+	}
+	return []byte(strconv.FormatUint(s.Seed, 10)), nil
+}
+
+// Name is the start's folder name in an experiment: pretrain-seed-N, or the
+// model file's name without .gguf.
+func (s Start) Name() string {
+	if s.Path != "" {
+		return strings.TrimSuffix(filepath.Base(s.Path), ".gguf")
+	}
+	return fmt.Sprintf("pretrain-seed-%d", s.Seed)
+}
+
+// Arm is one configuration of an experiment: a reward, an advantage
+// estimator and its scale; everything else is shared.
+type Arm struct {
+	Name      string
+	Reward    string // reward.method
+	Advantage string // advantage.estimator
+	Scale     string // advantage.scale
+}
+
+// Arms are the arms `confclip experiment` knows by name. ConfClip with GRPO
+// divides by the batch's std: with each group's own std, a weak model's
+// all-wrong groups turn tiny confidence differences into full-size
+// advantages and collapse (docs/method.md, "Our reading: ConfClip with
+// GRPO's std"); confclip_grpo_group is that variant, kept for comparison.
+var Arms = []Arm{
+	{"binary_grpo", "binary", "grpo", "group"},
+	{"confclip_grpo", "confclip", "grpo", "batch"},
+	{"confclip_grpo_group", "confclip", "grpo", "group"},
+	{"binary_grpo_batch", "binary", "grpo", "batch"},
+	{"confclip_dr_grpo", "confclip", "dr_grpo", "group"},
+	{"binary_dr_grpo", "binary", "dr_grpo", "group"},
+	{"confclip_rloo", "confclip", "rloo", "group"},
+}
+
+// ArmByName is the arm of Arms with that name.
+func ArmByName(name string) (Arm, error) {
+	for _, a := range Arms {
+		if a.Name == name {
+			return a, nil
+		}
+	}
+	var names []string
+	for _, a := range Arms {
+		names = append(names, a.Name)
+	}
+	return Arm{}, fmt.Errorf("unknown arm %q (known: %s)", name, strings.Join(names, ", "))
+}
+
+// CheckStarts checks experiment.starts: distinct folder names, and the
+// pre-training settings when a start is a seed.
+func CheckStarts(e ExperimentConfig) error {
+	var errs []error
+	names := map[string]int{}
+	seeds := false
+	for i, s := range e.Starts {
+		if j, dup := names[s.Name()]; dup {
+			errs = append(errs, fmt.Errorf("experiment.starts: entries %d and %d have the same name %q (the start's folder)", j+1, i+1, s.Name()))
+		}
+		names[s.Name()] = i
+		seeds = seeds || s.Path == ""
+	}
+	if seeds {
+		if e.Corpus == "" {
+			errs = append(errs, errors.New("experiment.corpus: a pre-training seed in experiment.starts needs the corpus to pre-train on"))
+		}
+		if e.PretrainSteps < 1 || e.PretrainBatch < 1 {
+			errs = append(errs, fmt.Errorf("experiment.pretrain_steps, pretrain_batch = %d, %d: want at least 1 each", e.PretrainSteps, e.PretrainBatch))
+		}
+		if !(e.PretrainLR > 0) || math.IsInf(e.PretrainLR, 0) {
+			errs = append(errs, fmt.Errorf("experiment.pretrain_lr = %g: want a positive learning rate", e.PretrainLR))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -233,3 +233,29 @@ func TestLoadConfigUnknownKey(t *testing.T) {
 		t.Errorf("LoadConfig(\"\") = %+v, %v; want the defaults", cfg, err)
 	}
 }
+
+// TestCheckedValuesDoc: docs/config.md's table of checked values is
+// Validate's table (CheckedValues), between its two markers.
+func TestCheckedValuesDoc(t *testing.T) {
+	b, err := os.ReadFile(configDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- checked values: from pipeline.CheckedValues -->\n", "<!-- end of checked values -->"
+	_, rest, ok := strings.Cut(string(b), begin)
+	got, _, ok2 := strings.Cut(rest, end)
+	want := CheckedValues()
+	if !ok || !ok2 || got != want {
+		t.Errorf("%s: the table of checked values between %q and %q is not Validate's; it should read:\n%s", configDoc, strings.TrimSpace(begin), end, want)
+	}
+	// Every key the table checks is a key of Config (or a table's name).
+	known := map[string]bool{"verifier": true}
+	for _, k := range configKeys() {
+		known[k.name] = true
+	}
+	for _, ck := range checks {
+		if !known[ck.key] {
+			t.Errorf("Validate checks %q, which is no key of Config", ck.key)
+		}
+	}
+}

@@ -2,10 +2,8 @@ package pipeline
 
 import (
 	"context"
-	"encoding/xml"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/shard"
 )
 
 // EngineOptions maps the [rollout] and [model] tables onto the rollout
@@ -53,9 +52,9 @@ type EvalOptions struct {
 	// Dir receives the generated and scored records; "" uses a temporary
 	// folder, removed afterwards.
 	Dir string
-	// Shard, when set, evaluates only the prompts of one shard (shard.go);
-	// MergeEval joins the shards' results.
-	Shard Shard
+	// Shard, when set, evaluates only the prompts of one shard (package shard);
+	// merge.Eval joins the shards' results.
+	Shard shard.Shard
 	// Progress, when set, receives EvalProgress events.
 	Progress func(Event)
 }
@@ -74,7 +73,7 @@ type EvalCase struct {
 	// counts as wrong.
 	Error string `json:"error"`
 	// Confidence is the greedy completion's; SampledCorrect counts the
-	// right ones of the K samples. With them MergeEval recomputes the
+	// right ones of the K samples. With them merge.Eval recomputes the
 	// calibration, sampled accuracy and pass@K of shards exactly.
 	Confidence     float64 `json:"confidence"`
 	SampledCorrect int     `json:"sampled_correct"`
@@ -216,9 +215,7 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 	for i, msg := range failed {
 		res.Cases[i].Error = msg
 	}
-	var conf []float64
-	var correct []bool
-	tokens := 0
+	var order []int // the cases in the order of their records, for the calibration's sums
 	for _, r := range recs {
 		i, ok := byID[r.PromptID]
 		if !ok || res.Cases[i].Error != "" {
@@ -227,19 +224,70 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 		c := &res.Cases[i]
 		c.Correct, c.Extracted, c.Reason = r.VerifierResult.Correct, r.VerifierResult.Extracted, r.VerifierResult.Reason
 		c.Text, c.Tokens, c.Confidence = r.Text, len(r.Tokens), r.Confidence
-		tokens += len(r.Tokens)
-		conf = append(conf, r.Confidence)
-		correct = append(correct, c.Correct)
+		order = append(order, i)
 	}
-	for _, c := range res.Cases {
-		if c.Error != "" {
-			res.Failed++
-		} else if c.Correct {
-			res.Correct++
+	if sampled != nil {
+		srecs, _, err := generateAndScore(ctx, cfg, sampled, pf, filepath.Join(dir, "sampled"), phaseProgress(progress, "sampled"))
+		if err != nil {
+			return res, err
+		}
+		res.Samples = sampled.Options().Group
+		for _, r := range srecs {
+			if i, ok := byID[r.PromptID]; ok && r.VerifierResult.Correct {
+				res.Cases[i].SampledCorrect++
+			}
 		}
 	}
-	res.Accuracy = float64(res.Correct) / float64(res.Prompts)
-	if n := len(recs); n > 0 {
+	res.setStats(order)
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// SetStats computes the result's counts and statistics from its cases:
+// failed and correct prompts, accuracy, the mean length and calibration of
+// the generated completions, and with samples the sampled accuracy and
+// pass@K. Evaluate builds its result this way, and merging shards rebuilds
+// the whole's from the cases.
+func (res *EvalResult) SetStats() { res.setStats(nil) }
+
+// setStats is SetStats with the calibration summed over the generated
+// cases in the given order (nil: the cases' order), so that Evaluate's
+// sums run in the order of its records, as they always have.
+func (res *EvalResult) setStats(order []int) {
+	res.Prompts = len(res.Cases)
+	res.Failed, res.Correct = 0, 0
+	tokens, sampledRight, passed := 0, 0, 0
+	for _, c := range res.Cases {
+		switch {
+		case c.Error != "":
+			res.Failed++
+			continue
+		case c.Correct:
+			res.Correct++
+		}
+		tokens += c.Tokens
+		sampledRight += c.SampledCorrect
+		if c.SampledCorrect > 0 {
+			passed++
+		}
+	}
+	if order == nil {
+		for i, c := range res.Cases {
+			if c.Error == "" {
+				order = append(order, i)
+			}
+		}
+	}
+	var conf []float64
+	var correct []bool
+	for _, i := range order {
+		conf = append(conf, res.Cases[i].Confidence)
+		correct = append(correct, res.Cases[i].Correct)
+	}
+	if res.Prompts > 0 {
+		res.Accuracy = float64(res.Correct) / float64(res.Prompts)
+	}
+	if n := len(conf); n > 0 {
 		res.MeanTokens = float64(tokens) / float64(n)
 		cal := confclip.Calibrate(conf, correct)
 		res.ECE, res.Brier = ptr(cal.ECE), ptr(cal.Brier)
@@ -247,28 +295,10 @@ func evaluate(ctx context.Context, cfg Config, greedy, sampled *rollout.Engine, 
 			res.AUROC = ptr(cal.AUROC)
 		}
 	}
-	if sampled != nil {
-		srecs, _, err := generateAndScore(ctx, cfg, sampled, pf, filepath.Join(dir, "sampled"), phaseProgress(progress, "sampled"))
-		if err != nil {
-			return res, err
-		}
-		k := sampled.Options().Group
-		res.Samples = k
-		right, pass := 0, map[string]bool{}
-		for _, r := range srecs {
-			if r.VerifierResult.Correct {
-				right++
-				pass[r.PromptID] = true
-				if i, ok := byID[r.PromptID]; ok {
-					res.Cases[i].SampledCorrect++
-				}
-			}
-		}
-		res.SampledAccuracy = ptr(float64(right) / float64(k*res.Prompts))
-		res.PassAtK = ptr(float64(len(pass)) / float64(res.Prompts))
+	if res.Samples > 1 && res.Prompts > 0 {
+		res.SampledAccuracy = ptr(float64(sampledRight) / float64(res.Samples*res.Prompts))
+		res.PassAtK = ptr(float64(passed) / float64(res.Prompts))
 	}
-	res.Seconds = time.Since(start).Seconds()
-	return res, nil
 }
 
 func ptr(x float64) *float64 { return &x }
@@ -368,56 +398,4 @@ func writeRollouts(ctx context.Context, e *rollout.Engine, prompts []dataset.Pro
 		progress(len(prompts), len(prompts), time.Since(start))
 	}
 	return st, ids, w.Commit()
-}
-
-// WriteJUnit writes the evaluation as a JUnit XML report, one test case per
-// prompt: a wrong answer is a failure, a prompt that could not be generated
-// an error. CI servers (GitLab, Jenkins, GitHub's test reporters) display it.
-func WriteJUnit(w io.Writer, res EvalResult) error {
-	type failure struct {
-		Message string `xml:"message,attr"`
-		Type    string `xml:"type,attr"`
-		Text    string `xml:",chardata"`
-	}
-	type testcase struct {
-		Name      string   `xml:"name,attr"`
-		Classname string   `xml:"classname,attr"`
-		File      string   `xml:"file,attr"`
-		Line      int      `xml:"line,attr"`
-		Failure   *failure `xml:"failure,omitempty"`
-		Error     *failure `xml:"error,omitempty"`
-	}
-	type suite struct {
-		XMLName  xml.Name   `xml:"testsuite"`
-		Name     string     `xml:"name,attr"`
-		Tests    int        `xml:"tests,attr"`
-		Failures int        `xml:"failures,attr"`
-		Errors   int        `xml:"errors,attr"`
-		Time     string     `xml:"time,attr"`
-		Cases    []testcase `xml:"testcase"`
-	}
-	s := suite{Name: "confclip eval " + res.Data, Tests: len(res.Cases), Time: fmt.Sprintf("%.3f", res.Seconds)}
-	for _, c := range res.Cases {
-		tc := testcase{Name: c.ID, Classname: filepath.Base(res.Data), File: res.Data, Line: c.Line}
-		switch {
-		case c.Error != "":
-			s.Errors++
-			tc.Error = &failure{Message: "not generated: " + c.Error, Type: "generation", Text: fmt.Sprintf("%s:%d: %s", res.Data, c.Line, c.Error)}
-		case !c.Correct:
-			s.Failures++
-			tc.Failure = &failure{Message: fmt.Sprintf("want %q, extracted %q", c.Answer, c.Extracted), Type: "wrong answer",
-				Text: fmt.Sprintf("%s:%d\nreason: %s\ncompletion: %s", res.Data, c.Line, c.Reason, c.Text)}
-		}
-		s.Cases = append(s.Cases, tc)
-	}
-	if _, err := io.WriteString(w, xml.Header); err != nil {
-		return err
-	}
-	enc := xml.NewEncoder(w)
-	enc.Indent("", "  ")
-	if err := enc.Encode(s); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\n")
-	return err
 }

@@ -107,3 +107,12 @@ func emit(f func(Event), e Event) {
 		f(e)
 	}
 }
+
+// TrainEvents adapts a Progress function of Event to the per-step callback
+// of TrainOptions and PretrainOptions, sending TrainProgress.
+func TrainEvents(steps int, f func(Event)) func(step int, st train.StepStats) {
+	start := time.Now()
+	return func(step int, st train.StepStats) {
+		emit(f, TrainProgress{Step: step, Steps: steps, Stats: st, Elapsed: time.Since(start)})
+	}
+}

@@ -12,27 +12,19 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/parquet-go/parquet-go"
-
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
-)
-
-// Export formats.
-const (
-	FormatJSONL   = "jsonl"
-	FormatParquet = "parquet"
 )
 
 // ExportOptions configure Export.
 type ExportOptions struct {
 	In  string // scored records (JSONL)
 	Out string // training set, written atomically
-	// Format is FormatJSONL or FormatParquet; "" picks Parquet when Out ends
+	// Format is dataset.FormatJSONL or dataset.FormatParquet; "" picks Parquet when Out ends
 	// in .parquet and JSONL otherwise.
 	Format string
-	// Layout names the columns: LayoutConfclip ("", what confclip train
-	// reads), LayoutTRL or LayoutVerl (docs/export.md).
+	// Layout names the columns: dataset.LayoutConfclip ("", what confclip train
+	// reads), dataset.LayoutTRL or dataset.LayoutVerl (docs/export.md).
 	Layout string
 
 	// Model, when set, is the GGUF file the rollouts came from; its SHA-256
@@ -56,6 +48,18 @@ type ExportOptions struct {
 	// already gave them advantage 0): the trainer then leaves them out of
 	// the loss's denominators too, as TRL's mask_truncated_completions.
 	MaskTruncated bool
+}
+
+// NewExportOptions are the options of an export under cfg: the model and
+// adapter it names (for the provenance), its JSON (for the config hash),
+// and [advantage] skip_zero_std and mask_truncated.
+func NewExportOptions(cfg Config, in, out string) (ExportOptions, error) {
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return ExportOptions{}, fmt.Errorf("the configuration as JSON (for its hash): %w", err)
+	}
+	return ExportOptions{In: in, Out: out, Model: cfg.Model.Path, Adapter: cfg.Model.Adapter, ConfigJSON: b,
+		SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated}, nil
 }
 
 // ExportSummary says what Export wrote.
@@ -98,7 +102,7 @@ func Export(opts ExportOptions) (ExportSummary, error) {
 		return sum, err
 	}
 	sum.Format = format
-	if sum.Layout, err = checkLayout(opts.Layout); err != nil {
+	if sum.Layout, err = dataset.CheckLayout(opts.Layout); err != nil {
 		return sum, err
 	}
 	if sum.Provenance, err = newProvenance(opts); err != nil {
@@ -118,7 +122,7 @@ func Export(opts ExportOptions) (ExportSummary, error) {
 		}
 	}
 
-	w, err := createLayoutWriter(opts.Out, format, sum.Layout)
+	w, err := dataset.CreateTrainWriter(opts.Out, format, sum.Layout)
 	if err != nil {
 		return sum, err
 	}
@@ -155,15 +159,15 @@ func Export(opts ExportOptions) (ExportSummary, error) {
 // exportFormat checks format, or infers it from the output's extension.
 func exportFormat(out, format string) (string, error) {
 	switch format {
-	case FormatJSONL, FormatParquet:
+	case dataset.FormatJSONL, dataset.FormatParquet:
 		return format, nil
 	case "":
 		if strings.EqualFold(filepath.Ext(out), ".parquet") {
-			return FormatParquet, nil
+			return dataset.FormatParquet, nil
 		}
-		return FormatJSONL, nil
+		return dataset.FormatJSONL, nil
 	}
-	return "", fmt.Errorf("export format %q: want %s or %s", format, FormatJSONL, FormatParquet)
+	return "", fmt.Errorf("export format %q: want %s or %s", format, dataset.FormatJSONL, dataset.FormatParquet)
 }
 
 func newProvenance(opts ExportOptions) (dataset.Provenance, error) {
@@ -294,72 +298,4 @@ func trainExample(rec *dataset.Scored, prov dataset.Provenance) (ex dataset.Trai
 		Messages:       rec.Messages,
 		Meta:           rec.Meta,
 	}, fromModel, nil
-}
-
-// parquetMagic opens and closes every Parquet file.
-var parquetMagic = []byte("PAR1")
-
-// ReadTrainExamples reads a training set written by Export, in either format
-// (Parquet is recognised by its magic bytes, whatever the file's name).
-// JSONL records of another schema are refused with their file and line.
-func ReadTrainExamples(path string) ([]dataset.TrainExample, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	head := make([]byte, len(parquetMagic))
-	_, rerr := io.ReadFull(f, head) // a file shorter than the magic is not Parquet
-	f.Close()
-	if rerr == nil && bytes.Equal(head, parquetMagic) {
-		if err := checkParquetLayout(path); err != nil {
-			return nil, err
-		}
-		exs, err := parquet.ReadFile[dataset.TrainExample](path)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		return exs, nil
-	}
-	exs, lines, _, err := dataset.ReadFile[dataset.TrainExample](path, false)
-	if err != nil {
-		return nil, err
-	}
-	for i, ex := range exs {
-		if ex.Schema != "" && ex.Schema != dataset.SchemaTrain {
-			err := fmt.Errorf("schema %q: want %q", ex.Schema, dataset.SchemaTrain)
-			if ex.Schema == SchemaTrainTRL || ex.Schema == SchemaTrainVerl {
-				err = fmt.Errorf("schema %q: an export for another trainer; export again without --format trl|verl for confclip train", ex.Schema)
-			}
-			return nil, &dataset.LineError{File: path, Line: lines[i], Err: err}
-		}
-	}
-	return exs, nil
-}
-
-// checkParquetLayout refuses a Parquet training set written for another
-// trainer (its confclip.layout metadata), which would otherwise read as rows
-// of empty columns.
-func checkParquetLayout(path string) (err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s: unreadable Parquet: %v", path, r)
-		}
-	}()
-	pf, err := parquet.OpenFile(f, st.Size())
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if l, ok := pf.Lookup(metaLayout); ok && l != LayoutConfclip {
-		return fmt.Errorf("%s: a training set in the %s layout, for another trainer; export again without --format %s for confclip train", path, l, l)
-	}
-	return nil
 }

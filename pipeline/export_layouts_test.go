@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/dataset/parquetio"
 )
 
 // The TRL and verl layouts carry the same values under each project's
@@ -15,9 +16,9 @@ func TestExportLayouts(t *testing.T) {
 	recs := exportFixture()
 	in := writeScoredFile(t, recs)
 	dir := t.TempDir()
-	for _, format := range []string{FormatJSONL, FormatParquet} {
+	for _, format := range []string{dataset.FormatJSONL, dataset.FormatParquet} {
 		trl := filepath.Join(dir, "trl."+format)
-		if _, err := Export(ExportOptions{In: in, Out: trl, Layout: LayoutTRL}); err != nil {
+		if _, err := Export(ExportOptions{In: in, Out: trl, Layout: dataset.LayoutTRL}); err != nil {
 			t.Fatal(err)
 		}
 		rows := readRows(t, trl)
@@ -39,12 +40,12 @@ func TestExportLayouts(t *testing.T) {
 				t.Errorf("%s row %d advantages %v, want the sequence's %v", trl, i, r["advantages"], rec.Advantage)
 			}
 		}
-		if _, err := ReadTrainExamples(trl); err == nil || !strings.Contains(err.Error(), "trl") {
+		if _, err := dataset.ReadTrainExamples(trl); err == nil || !strings.Contains(err.Error(), "trl") {
 			t.Errorf("%s read back as a confclip training set: %v", trl, err)
 		}
 
 		verl := filepath.Join(dir, "verl."+format)
-		if _, err := Export(ExportOptions{In: in, Out: verl, Layout: LayoutVerl}); err != nil {
+		if _, err := Export(ExportOptions{In: in, Out: verl, Layout: dataset.LayoutVerl}); err != nil {
 			t.Fatal(err)
 		}
 		rows = readRows(t, verl)
@@ -74,7 +75,7 @@ func TestExportLayouts(t *testing.T) {
 				t.Errorf("%s row %d token_level_rewards %v: want the reward %v on the last token", verl, i, got, rec.Reward)
 			}
 		}
-		if _, err := ReadTrainExamples(verl); err == nil || !strings.Contains(err.Error(), "verl") {
+		if _, err := dataset.ReadTrainExamples(verl); err == nil || !strings.Contains(err.Error(), "verl") {
 			t.Errorf("%s read back as a confclip training set: %v", verl, err)
 		}
 	}
@@ -88,7 +89,7 @@ func TestExportLayouts(t *testing.T) {
 func readRows(t *testing.T, path string) []map[string]any {
 	t.Helper()
 	if strings.HasSuffix(path, ".parquet") {
-		rows, err := dataset.ReadParquetRows(path)
+		rows, err := parquetio.ReadRows(path)
 		if err != nil {
 			t.Fatal(err)
 		}

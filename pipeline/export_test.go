@@ -117,11 +117,11 @@ func TestExportJSONL(t *testing.T) {
 	if sum.Provenance != prov {
 		t.Errorf("provenance %+v, want %+v", sum.Provenance, prov)
 	}
-	want := ExportSummary{Out: out, Format: FormatJSONL, Layout: LayoutConfclip, Records: 5, Groups: 3, ZeroStdGroups: 2, Examples: 5, Tokens: 15, Provenance: prov}
+	want := ExportSummary{Out: out, Format: dataset.FormatJSONL, Layout: dataset.LayoutConfclip, Records: 5, Groups: 3, ZeroStdGroups: 2, Examples: 5, Tokens: 15, Provenance: prov}
 	if sum != want {
 		t.Errorf("summary %+v, want %+v", sum, want)
 	}
-	exs, err := ReadTrainExamples(out)
+	exs, err := dataset.ReadTrainExamples(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestExportParquet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Format != FormatParquet {
+	if sum.Format != dataset.FormatParquet {
 		t.Errorf("format %q inferred from %s, want parquet", sum.Format, out)
 	}
 	rows, err := parquet.ReadFile[dataset.TrainExample](out)
@@ -194,7 +194,7 @@ func TestExportParquet(t *testing.T) {
 		}
 	}
 
-	// ReadTrainExamples knows Parquet by its magic bytes, and agrees with JSONL.
+	// dataset.ReadTrainExamples knows Parquet by its magic bytes, and agrees with JSONL.
 	jsonl := filepath.Join(dir, "train.jsonl")
 	if _, err := Export(ExportOptions{In: in, Out: jsonl, Adapter: "a.gguf", ConfigJSON: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
@@ -203,11 +203,11 @@ func TestExportParquet(t *testing.T) {
 	if err := os.Rename(out, renamed); err != nil {
 		t.Fatal(err)
 	}
-	fromParquet, err := ReadTrainExamples(renamed)
+	fromParquet, err := dataset.ReadTrainExamples(renamed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromJSONL, err := ReadTrainExamples(jsonl)
+	fromJSONL, err := dataset.ReadTrainExamples(jsonl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestExportParquet(t *testing.T) {
 func TestExportSkipZeroStd(t *testing.T) {
 	recs := exportFixture()
 	in := writeScoredFile(t, recs)
-	for _, format := range []string{FormatJSONL, FormatParquet} {
+	for _, format := range []string{dataset.FormatJSONL, dataset.FormatParquet} {
 		out := filepath.Join(t.TempDir(), "train.out")
 		sum, err := Export(ExportOptions{In: in, Out: out, Format: format, SkipZeroStd: true})
 		if err != nil {
@@ -228,7 +228,7 @@ func TestExportSkipZeroStd(t *testing.T) {
 		if sum.Groups != 3 || sum.ZeroStdGroups != 2 || sum.Dropped != 3 || sum.Examples != 2 || sum.Tokens != 7 {
 			t.Errorf("%s: summary %+v, want 3 groups, 2 with zero std, 3 dropped, 2 examples, 7 tokens", format, sum)
 		}
-		exs, err := ReadTrainExamples(out)
+		exs, err := dataset.ReadTrainExamples(out)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +250,7 @@ func TestExportTeacherForced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exs, _ := ReadTrainExamples(out)
+	exs, _ := dataset.ReadTrainExamples(out)
 	if sum.FromModelLogprobs != 1 || !slices.Equal(exs[1].OldLogprobs, recs[1].Logprobs) {
 		t.Errorf("old_logprobs %v (fallbacks %d), want the model log-probs %v", exs[1].OldLogprobs, sum.FromModelLogprobs, recs[1].Logprobs)
 	}
@@ -293,12 +293,12 @@ func TestExportBadRecord(t *testing.T) {
 
 func TestExportFormat(t *testing.T) {
 	tests := []struct{ out, format, want string }{
-		{"train.jsonl", "", FormatJSONL},
-		{"train.parquet", "", FormatParquet},
-		{"TRAIN.PARQUET", "", FormatParquet},
-		{"train", "", FormatJSONL},
-		{"train.parquet", FormatJSONL, FormatJSONL},
-		{"train.jsonl", FormatParquet, FormatParquet},
+		{"train.jsonl", "", dataset.FormatJSONL},
+		{"train.parquet", "", dataset.FormatParquet},
+		{"TRAIN.PARQUET", "", dataset.FormatParquet},
+		{"train", "", dataset.FormatJSONL},
+		{"train.parquet", dataset.FormatJSONL, dataset.FormatJSONL},
+		{"train.jsonl", dataset.FormatParquet, dataset.FormatParquet},
 	}
 	for _, tt := range tests {
 		if got, err := exportFormat(tt.out, tt.format); err != nil || got != tt.want {
@@ -317,7 +317,7 @@ func TestReadTrainExamplesSchema(t *testing.T) {
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := ReadTrainExamples(path)
+	_, err := dataset.ReadTrainExamples(path)
 	var le *dataset.LineError
 	if !errors.As(err, &le) || le.Line != 3 {
 		t.Errorf("error %v, want one at line 3 about the schema", err)

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	// The tests export and read Parquet training sets.
+	_ "github.com/confclip/confclip/dataset/parquetio"
 )
 
 // runChildEnv makes the test binary a child process that runs one

@@ -256,7 +256,7 @@ func (l *MetricsLog) Rows() []StepMetrics { return slices.Clone(l.rows) }
 func (l *MetricsLog) Close() error { return l.app.Close() }
 
 func (l *MetricsLog) writeCSV() error {
-	return WriteFileAtomic(filepath.Join(l.dir, MetricsCSV), func(w io.Writer) error {
+	return atomicfile.Write(filepath.Join(l.dir, MetricsCSV), func(w io.Writer) error {
 		return WriteMetricsCSV(w, l.rows)
 	})
 }
@@ -291,11 +291,4 @@ func writeMetricsJSONL(path string, rows []StepMetrics) error {
 		}
 	}
 	return w.Commit()
-}
-
-// WriteFileAtomic writes path through a temporary file in the same folder
-// that is renamed into place once write has succeeded, so that readers (and
-// a killed run) never see a half-written file.
-func WriteFileAtomic(path string, write func(io.Writer) error) error {
-	return atomicfile.Write(path, write)
 }

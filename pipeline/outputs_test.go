@@ -48,10 +48,6 @@ func TestOutputIsNotInput(t *testing.T) {
 			_, err := VerifyFile(context.Background(), VerifyFileOptions{In: data, Out: data})
 			return err
 		},
-		"merge --out IN": func() error {
-			_, err := MergeRollouts([]string{data}, data)
-			return err
-		},
 	}
 	for name, run := range cases {
 		err := run()

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/rollout"
 )
 
@@ -81,12 +81,12 @@ func remoteStep(ctx context.Context, cfg Config, rem RemoteRollouts, e *rollout.
 			return rem.Generate(ctx, c, ps, emit)
 		}
 		st, err = writeStepRollouts(ctx, gen, e, batch, rolls)
-		if werr := writeReport(filepath.Join(filepath.Dir(rolls), WorkersFile), rem.Report()); err == nil {
+		if werr := atomicfile.WriteJSON(filepath.Join(filepath.Dir(rolls), WorkersFile), rem.Report()); err == nil {
 			err = werr
 		}
 		return st, err
 	}
-	if werr := writeReport(filepath.Join(filepath.Dir(rolls), WorkersFile), rem.Report()); werr != nil {
+	if werr := atomicfile.WriteJSON(filepath.Join(filepath.Dir(rolls), WorkersFile), rem.Report()); werr != nil {
 		err = fmt.Errorf("%w (and writing %s: %v)", err, WorkersFile, werr)
 	}
 	return rollout.Stats{}, err
@@ -145,14 +145,6 @@ func writeStepRollouts(ctx context.Context, generate func(context.Context, []dat
 		}
 	}
 	return st, w.Commit()
-}
-
-func writeReport(path string, r RemoteReport) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return WriteFileAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
 }
 
 // finishRemote puts the run's last adapter on the workers, so that they

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/rollout"
+	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -36,8 +36,8 @@ type RolloutOptions struct {
 	Restart bool
 	// Progress, when set, receives a RolloutProgress after each group.
 	Progress func(Event)
-	// Shard, when set, takes only the prompts of one shard (shard.go).
-	Shard Shard
+	// Shard, when set, takes only the prompts of one shard (package shard).
+	Shard shard.Shard
 	// Source, when set, generates the groups instead of the model (which
 	// may then be nil): an OpenAI-compatible server (server.Client).
 	Source RolloutSource
@@ -108,7 +108,7 @@ type RolloutProvenance struct {
 	Adapter       string          `json:"adapter,omitempty"` // path when written (not compared)
 	AdapterSHA256 string          `json:"adapter_sha256"`
 	Settings      RolloutSettings `json:"settings"`
-	// Shard is "K/N" when the file holds one shard's prompts (shard.go).
+	// Shard is "K/N" when the file holds one shard's prompts (package shard).
 	Shard string `json:"shard,omitempty"`
 }
 
@@ -156,76 +156,117 @@ func rolloutSettings(cfg Config, noTiming bool) RolloutSettings {
 func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, error) {
 	res := RolloutResult{Out: o.Out}
 	cfg := o.Config
-	if o.In == "" || o.Out == "" {
-		return res, errors.New("rollout: give the prompt file and the output file")
-	}
-	if err := o.Shard.Check(); err != nil {
-		return res, err
-	}
-	if err := atomicfile.NotInput(o.Out, o.In, cfg.Model.Path, cfg.Model.Adapter); err != nil {
-		return res, err
-	}
-	if err := cfg.ValidateTables("rollout"); err != nil {
+	if err := o.check(); err != nil {
 		return res, err
 	}
 	pf, err := ReadPromptFile(o.In, cfg.Data.Map, o.SkipBad)
 	if err != nil {
 		return res, err
 	}
-	prompts, lines, skipped := pf.Prompts, pf.Lines, pf.Skipped
 	res.PromptShape = pf.Shape
-	for _, s := range skipped {
+	for _, s := range pf.Skipped {
 		res.Skipped = append(res.Skipped, s.Error())
 	}
-	// Prompt ids key the resume and the groups: each must be there, once.
-	seen := map[string]bool{}
-	var kept []dataset.Prompt
-	var keptLines []int
-	for i, p := range prompts {
-		switch {
-		case p.ID == "":
-			if o.Shard.K == 0 { // said once, by the first shard
-				res.Failed = append(res.Failed, PromptError{File: o.In, Line: lines[i], Reason: "no id"})
-			}
-		case !o.Shard.Has(p.ID):
-		case seen[p.ID]:
-			res.Failed = append(res.Failed, PromptError{File: o.In, Line: lines[i], ID: p.ID, Reason: "id used before"})
-		default:
-			seen[p.ID] = true
-			kept = append(kept, p)
-			keptLines = append(keptLines, lines[i])
-		}
-	}
+	kept, keptLines := o.keepPrompts(pf, &res)
 	res.Prompts = len(kept)
 	if !o.AllowNoAnswer {
 		if err := checkAnswers(o.In, kept, keptLines, cfg.Verifier.Name); err != nil {
 			return res, err
 		}
 	}
-
-	var prov RolloutProvenance
-	if o.Source != nil {
-		prov = RolloutProvenance{Schema: SchemaRolloutProvenance, Model: o.Source.Model(), ModelSHA256: "remote " + o.Source.Model(),
-			Settings: rolloutSettings(cfg, o.NoTiming)}
-	} else if prov, err = m.rolloutProvenance(cfg, o.NoTiming); err != nil {
+	if res.Provenance, err = o.provenance(m); err != nil {
 		return res, err
 	}
-	prov.Shard = o.Shard.String()
-	res.Provenance = prov
-	if o.Restart {
-		for _, p := range []string{o.Out, ProvenancePath(o.Out)} {
-			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return res, err
-			}
-		}
-	}
-	done, err := resumeRollouts(o.Out, cfg.Rollout.Group, prov)
+	todo, todoLines, err := o.resume(res.Provenance, kept, keptLines, &res)
 	if err != nil {
 		return res, err
 	}
+	generate, release, err := o.generator(m)
+	if err != nil {
+		return res, err
+	}
+	defer release()
+	st, genErr := o.appendGroups(ctx, generate, todo, &res)
+	res.Records, res.PromptTokens, res.Elapsed = st.Records, st.PromptTokens, st.Elapsed
+	for _, re := range st.Errors {
+		pe := PromptError{File: o.In, ID: re.ID, Reason: re.Reason}
+		if re.Index >= 0 && re.Index < len(todoLines) {
+			pe.Line = todoLines[re.Index]
+		}
+		res.Failed = append(res.Failed, pe)
+	}
+	sort.SliceStable(res.Failed, func(i, j int) bool { return res.Failed[i].Line < res.Failed[j].Line })
+	return res, genErr
+}
+
+// check refuses options Rollout cannot start with, before reading anything.
+func (o RolloutOptions) check() error {
+	if o.In == "" || o.Out == "" {
+		return errors.New("rollout: give the prompt file and the output file")
+	}
+	if err := o.Shard.Check(); err != nil {
+		return err
+	}
+	if err := atomicfile.NotInput(o.Out, o.In, o.Config.Model.Path, o.Config.Model.Adapter); err != nil {
+		return err
+	}
+	return o.Config.ValidateTables("rollout")
+}
+
+// keepPrompts keeps the shard's prompts with an id, each id once (ids key
+// the resume and the groups); the others go to res.Failed.
+func (o RolloutOptions) keepPrompts(pf dataset.PromptFile, res *RolloutResult) (kept []dataset.Prompt, keptLines []int) {
+	seen := map[string]bool{}
+	for i, p := range pf.Prompts {
+		switch {
+		case p.ID == "":
+			if o.Shard.K == 0 { // said once, by the first shard
+				res.Failed = append(res.Failed, PromptError{File: o.In, Line: pf.Lines[i], Reason: "no id"})
+			}
+		case !o.Shard.Has(p.ID):
+		case seen[p.ID]:
+			res.Failed = append(res.Failed, PromptError{File: o.In, Line: pf.Lines[i], ID: p.ID, Reason: "id used before"})
+		default:
+			seen[p.ID] = true
+			kept = append(kept, p)
+			keptLines = append(keptLines, pf.Lines[i])
+		}
+	}
+	return kept, keptLines
+}
+
+// provenance is what the rollouts are made with: the model (or the
+// remote source's) and the settings, and the shard.
+func (o RolloutOptions) provenance(m *Model) (RolloutProvenance, error) {
+	var prov RolloutProvenance
+	if o.Source != nil {
+		prov = RolloutProvenance{Schema: SchemaRolloutProvenance, Model: o.Source.Model(), ModelSHA256: "remote " + o.Source.Model(),
+			Settings: rolloutSettings(o.Config, o.NoTiming)}
+	} else {
+		var err error
+		if prov, err = m.rolloutProvenance(o.Config, o.NoTiming); err != nil {
+			return prov, err
+		}
+	}
+	prov.Shard = o.Shard.String()
+	return prov, nil
+}
+
+// resume starts the output over (Restart) or takes up the groups it holds,
+// made with the same provenance, and returns the prompts still to do.
+func (o RolloutOptions) resume(prov RolloutProvenance, kept []dataset.Prompt, keptLines []int, res *RolloutResult) (todo []dataset.Prompt, todoLines []int, err error) {
+	if o.Restart {
+		for _, p := range []string{o.Out, ProvenancePath(o.Out)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, nil, err
+			}
+		}
+	}
+	done, err := resumeRollouts(o.Out, o.Config.Rollout.Group, prov)
+	if err != nil {
+		return nil, nil, err
+	}
 	res.FileGroups = len(done)
-	var todo []dataset.Prompt
-	var todoLines []int
 	for i, p := range kept {
 		if done[p.ID] {
 			res.AlreadyDone++
@@ -234,28 +275,39 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 			todoLines = append(todoLines, keptLines[i])
 		}
 	}
+	return todo, todoLines, nil
+}
 
-	generate := func(ctx context.Context, ps []dataset.Prompt, emit func([]dataset.Rollout) error) (rollout.Stats, error) {
-		return o.Source.Generate(ctx, cfg, ps, emit)
+// generateFunc samples groups of prompts and emits each when it is done.
+type generateFunc func(ctx context.Context, ps []dataset.Prompt, emit func([]dataset.Rollout) error) (rollout.Stats, error)
+
+// generator is the rollout source: the remote one, or an engine of the
+// model (release gives it back).
+func (o RolloutOptions) generator(m *Model) (generate generateFunc, release func(), err error) {
+	if o.Source != nil {
+		return func(ctx context.Context, ps []dataset.Prompt, emit func([]dataset.Rollout) error) (rollout.Stats, error) {
+			return o.Source.Generate(ctx, o.Config, ps, emit)
+		}, func() {}, nil
 	}
-	if o.Source == nil {
-		opts := EngineOptions(cfg)
-		opts.NoTiming = o.NoTiming
-		e, err := m.engine(opts)
-		if err != nil {
-			return res, err
-		}
-		defer m.release(e)
-		generate = e.Generate
+	opts := EngineOptions(o.Config)
+	opts.NoTiming = o.NoTiming
+	e, err := m.engine(opts)
+	if err != nil {
+		return nil, nil, err
 	}
+	return e.Generate, func() { m.release(e) }, nil
+}
+
+// appendGroups samples the prompts and appends each group to the output as
+// it is done, counting into res and reporting progress.
+func (o RolloutOptions) appendGroups(ctx context.Context, generate generateFunc, todo []dataset.Prompt, res *RolloutResult) (rollout.Stats, error) {
 	app, err := dataset.OpenAppend(o.Out)
 	if err != nil {
-		return res, err
+		return rollout.Stats{}, err
 	}
 	defer app.Close()
-
 	start := time.Now()
-	batch := make([]any, cfg.Rollout.Group)
+	batch := make([]any, o.Config.Rollout.Group)
 	st, genErr := generate(ctx, todo, func(g []dataset.Rollout) error {
 		for i := range g {
 			batch[i] = &g[i]
@@ -274,16 +326,7 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	if err := app.Close(); err != nil && genErr == nil {
 		genErr = err
 	}
-	res.Records, res.PromptTokens, res.Elapsed = st.Records, st.PromptTokens, st.Elapsed
-	for _, re := range st.Errors {
-		pe := PromptError{File: o.In, ID: re.ID, Reason: re.Reason}
-		if re.Index >= 0 && re.Index < len(todoLines) {
-			pe.Line = todoLines[re.Index]
-		}
-		res.Failed = append(res.Failed, pe)
-	}
-	sort.SliceStable(res.Failed, func(i, j int) bool { return res.Failed[i].Line < res.Failed[j].Line })
-	return res, genErr
+	return st, genErr
 }
 
 // rolloutProvenance is what a rollout with these options would record.
@@ -309,7 +352,7 @@ func resumeRollouts(out string, G int, prov RolloutProvenance) (map[string]bool,
 	pp := ProvenancePath(out)
 	fi, err := os.Stat(out)
 	if errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
-		return nil, writeProvenance(pp, prov)
+		return nil, atomicfile.WriteJSON(pp, prov)
 	}
 	if err != nil {
 		return nil, err
@@ -375,14 +418,6 @@ func resumeRollouts(out string, G int, prov RolloutProvenance) (map[string]bool,
 		}
 	}
 	return done, nil
-}
-
-func writeProvenance(path string, p RolloutProvenance) error {
-	b, err := json.MarshalIndent(p, "", "  ")
-	if err != nil {
-		return err
-	}
-	return WriteFileAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
 }
 
 // Diff lists how p differs from old ("rollout.temperature: 1 in the file,

@@ -17,6 +17,9 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/internal/crashpoint"
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/train"
@@ -66,6 +69,22 @@ type RunOptions struct {
 	// Remote, when set, samples each step's groups on these workers
 	// ([rollout] endpoints, remote.go) instead of the local engine.
 	Remote RemoteRollouts
+	// Plot, when set, draws the metrics so far after every step and at the
+	// end (reporting.RunPlots draws confclip run's charts); its files are
+	// RunResult.Plots. Nil draws nothing.
+	Plot RunPlotter
+}
+
+// RunPlotter draws a run's metrics rows into files in dir and returns
+// their paths.
+type RunPlotter func(cfg Config, rows []StepMetrics, dir string) ([]string, error)
+
+// plot runs the options' plotter into the run folder's plots/.
+func (o RunOptions) plot(cfg Config, rows []StepMetrics) ([]string, error) {
+	if o.Plot == nil {
+		return nil, nil
+	}
+	return o.Plot(cfg, rows, filepath.Join(cfg.Run.Out, "plots"))
 }
 
 // RunResult is what a run ended with.
@@ -84,200 +103,293 @@ type RunResult struct {
 // every step.
 func Run(ctx context.Context, o RunOptions) (RunResult, error) {
 	cfg := TrainingDefaults(o.Config)
-	logw := o.Log
-	if logw == nil {
-		logw = io.Discard
-	}
-	dir := cfg.Run.Out
-	res := RunResult{Dir: dir}
-	if err := checkRunConfig(cfg); err != nil {
-		return res, err
-	}
-	// Every key before anything exists on disk: a value that would fail in
-	// step 1 must not leave a run folder behind.
-	if err := cfg.Validate(); err != nil {
-		return res, err
-	}
-	if err := checkRunFiles(cfg); err != nil {
-		return res, err
-	}
-	if err := checkRemote(cfg, o.Remote); err != nil {
-		return res, err
-	}
-	trainPrompts, err := readPrompts(cfg.Data.Train, cfg.Data.Map)
+	res := RunResult{Dir: cfg.Run.Out}
+	r, err := startRun(cfg, o)
 	if err != nil {
 		return res, err
 	}
-	var evalPrompts []dataset.Prompt
-	if cfg.Data.Eval != "" {
-		if evalPrompts, err = readPrompts(cfg.Data.Eval, cfg.Data.Map); err != nil {
-			return res, err
-		}
+	defer r.close()
+	if r.ck != nil {
+		res.Resumed = r.ck.Step
 	}
-	ck, err := prepareRunDir(cfg, o.Resume)
-	if err != nil {
+	if err := r.evaluateBefore(ctx); err != nil {
 		return res, err
 	}
-
-	mc := cfg.Model
-	mc.Adapter = ""                  // the run's own adapter is loaded below
-	h, err := openModelFor(mc, true) // to train: no repacking, precision warnings
-	if err != nil {
-		return res, err
-	}
-	defer h.Close()
-	m := h.llm
-	adapterPath := filepath.Join(dir, InitAdapter)
-	switch {
-	case ck != nil:
-		adapterPath = filepath.Join(dir, ck.Dir, ck.Adapter)
-		res.Resumed = ck.Step
-		note := fmt.Sprintf("resuming %s at step %d of %d (checkpoint %s)", dir, ck.Step+1, cfg.Run.Steps, ck.Dir)
-		fmt.Fprintln(logw, note)
-		emit(o.Progress, RunNote{Text: note})
-	case cfg.Model.Adapter != "":
-		adapterPath = cfg.Model.Adapter
-	default:
-		if err := train.CreateLoRA(m, adapterPath, LoRAConfig(cfg)); err != nil {
-			return res, err
-		}
-		crashPoint("init-adapter-written")
-	}
-	if err := h.LoadAdapter(adapterPath); err != nil {
-		return res, err
-	}
-	a := h.adapter
-
-	tr, err := train.NewLoRATrainer(m, a, TrainerConfig(cfg))
-	if err != nil {
-		return res, err
-	}
-	defer tr.Close()
-	if ck != nil {
-		b, err := os.ReadFile(filepath.Join(dir, ck.Dir, ck.Optimizer))
-		if err != nil {
-			return res, fmt.Errorf("checkpoint: %w", err)
-		}
-		if err := tr.UnmarshalBinary(b); err != nil {
-			return res, fmt.Errorf("checkpoint %s: %w", ck.Dir, err)
-		}
-	}
-	// The handle's engines sample with its adapter, the one trained here.
-	engine, err := h.engine(EngineOptions(cfg))
-	if err != nil {
-		return res, err
-	}
-	var greedy *rollout.Engine
-	if len(evalPrompts) > 0 {
-		if greedy, err = h.engine(GreedyOptions(cfg)); err != nil {
-			return res, err
-		}
-	}
-
-	// Rows after the checkpoint are redone, so they are dropped; without a
-	// checkpoint that includes step 0's evaluation.
-	start, kept := 0, -1
-	if ck != nil {
-		start, kept = ck.Step, ck.Step
-	}
-	mlog, err := OpenMetricsLog(dir, kept)
-	if err != nil {
-		return res, err
-	}
-	defer mlog.Close()
-	evaluate := func(step int) (*EvalResult, error) {
-		if greedy == nil {
-			return nil, nil
-		}
-		r, err := evaluateEngines(ctx, cfg, greedy, cfg.Data.Eval, evalPrompts, filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval"), o.Progress, step, cfg.Run.Steps)
-		if err != nil {
-			return nil, fmt.Errorf("step %d: evaluation: %w", step, err)
-		}
-		return &r, nil
-	}
-	if start == 0 && greedy != nil {
-		ev, err := reuseBefore(o.BeforeFrom, dir, cfg)
-		if ev == nil && err == nil {
-			emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %s (%s), before training", plural(len(evalPrompts), "prompt"), cfg.Data.Eval)})
-			ev, err = evaluate(0)
-		}
-		if err != nil {
-			return res, err
-		}
-		row := MissingMetrics()
-		row.Step = 0
-		row.EvalAccuracy = &ev.Accuracy
-		row.EvalMeanTokens = &ev.MeanTokens
-		if err := mlog.Append(row); err != nil {
-			return res, err
-		}
-		crashPoint("eval0-recorded")
-		fmt.Fprintf(logw, "step 0: held-out accuracy %.3f, mean tokens %.1f (before training)\n", ev.Accuracy, ev.MeanTokens)
-		emit(o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out accuracy %.3f, mean tokens %.1f (before training)", ev.Accuracy, ev.MeanTokens)})
-	}
-
-	runStart := time.Now()
-	done := 0
-	for step := start + 1; step <= cfg.Run.Steps; step++ {
+	runStart, done := time.Now(), 0
+	for step := r.start + 1; step <= cfg.Run.Steps; step++ {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		crashPoint("step-start")
-		stage := func(name string) {
-			if o.Live != nil {
-				o.Live(fmt.Sprintf("step %d/%d: %s", step, cfg.Run.Steps, name))
-			}
-			emit(o.Progress, RunStage{Step: step, Steps: cfg.Run.Steps, Stage: name})
-		}
-		row, err := runStep(ctx, cfg, step, trainPrompts, engine, tr, stage, remoteOf(o.Remote, h))
+		crashpoint.At("step-start")
+		row, err := r.step(ctx, step)
 		if err != nil {
 			return res, err
 		}
-		if cfg.Run.EvalEvery > 0 && (step%cfg.Run.EvalEvery == 0 || step == cfg.Run.Steps) {
-			stage("held-out evaluation")
-			ev, err := evaluate(step)
-			if err != nil {
-				return res, err
-			}
-			if ev != nil {
-				row.EvalAccuracy = &ev.Accuracy
-				row.EvalMeanTokens = &ev.MeanTokens
-			}
-		}
-		crashPoint("step-trained")
-		// The row first, then the checkpoint: a stop between the two redoes
-		// the step (its row is dropped on resume) instead of losing the row.
-		if err := mlog.Append(row); err != nil {
-			return res, err
-		}
-		crashPoint("metrics-recorded")
-		if err := saveCheckpoint(dir, step, a, m.Architecture(), tr); err != nil {
-			return res, err
-		}
-		if _, err := Plot(mlog.Rows(), filepath.Join(dir, "plots"), RewardName(cfg.Reward)); err != nil {
+		crashpoint.At("step-trained")
+		if err := r.record(step, row); err != nil {
 			return res, err
 		}
 		done++
-		eta := time.Duration(float64(time.Since(runStart)) / float64(done) * float64(cfg.Run.Steps-step))
-		line := stepLine(row, cfg.Run.Steps, eta)
-		fmt.Fprintln(logw, line)
-		emit(o.Progress, RunStepDone{Steps: cfg.Run.Steps, Metrics: row, ETA: eta})
-		crashPoint("step-done")
+		r.report(step, row, time.Duration(float64(time.Since(runStart))/float64(done)*float64(cfg.Run.Steps-step)))
+		crashpoint.At("step-done")
 		if o.StopAfter > 0 && done >= o.StopAfter && step < cfg.Run.Steps {
 			return res, ErrStopped
 		}
 	}
-	if o.Remote != nil {
-		if err := finishRemote(ctx, o.Remote, dir); err != nil {
+	return r.finish(ctx, res)
+}
+
+// runner is a run's state between its stages: the checked configuration,
+// the prompts, the model with the adapter being trained, its trainer and
+// engines, and the metrics log.
+type runner struct {
+	cfg                       Config
+	o                         RunOptions
+	dir                       string
+	logw                      io.Writer
+	trainPrompts, evalPrompts []dataset.Prompt
+	ck                        *Checkpoint // the checkpoint resumed from, or nil
+	start                     int         // the last step done before this invocation
+	h                         *Model
+	tr                        *train.Trainer
+	engine, greedy            *rollout.Engine // greedy is nil without held-out prompts
+	mlog                      *MetricsLog
+}
+
+// startRun checks the configuration and the files it names (every key
+// before anything exists on disk: a value that would fail in step 1 must
+// not leave a run folder behind), reads the prompts, prepares the run
+// folder, and opens the model with the run's adapter, the trainer (with the
+// checkpoint's optimiser state), the engines and the metrics log.
+func startRun(cfg Config, o RunOptions) (r *runner, err error) {
+	r = &runner{cfg: cfg, o: o, dir: cfg.Run.Out, logw: o.Log}
+	if r.logw == nil {
+		r.logw = io.Discard
+	}
+	for _, check := range []func() error{
+		func() error { return checkRunConfig(cfg) },
+		cfg.Validate,
+		func() error { return checkRunFiles(cfg) },
+		func() error { return checkRemote(cfg, o.Remote) },
+	} {
+		if err := check(); err != nil {
+			return nil, err
+		}
+	}
+	if r.trainPrompts, err = readPrompts(cfg.Data.Train, cfg.Data.Map); err != nil {
+		return nil, err
+	}
+	if cfg.Data.Eval != "" {
+		if r.evalPrompts, err = readPrompts(cfg.Data.Eval, cfg.Data.Map); err != nil {
+			return nil, err
+		}
+	}
+	if r.ck, err = prepareRunDir(cfg, o.Resume); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	if err := r.openModel(); err != nil {
+		return nil, err
+	}
+	if err := r.openTrainer(); err != nil {
+		return nil, err
+	}
+	// The handle's engines sample with its adapter, the one trained here.
+	if r.engine, err = r.h.engine(EngineOptions(cfg)); err != nil {
+		return nil, err
+	}
+	if len(r.evalPrompts) > 0 {
+		if r.greedy, err = r.h.engine(GreedyOptions(cfg)); err != nil {
+			return nil, err
+		}
+	}
+	// Rows after the checkpoint are redone, so they are dropped; without a
+	// checkpoint that includes step 0's evaluation.
+	kept := -1
+	if r.ck != nil {
+		r.start, kept = r.ck.Step, r.ck.Step
+	}
+	if r.mlog, err = OpenMetricsLog(r.dir, kept); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// openModel opens the model for training (no repacking, precision
+// warnings) with the run's adapter: the checkpoint's, model.adapter, or a
+// new one.
+func (r *runner) openModel() error {
+	cfg := r.cfg
+	mc := cfg.Model
+	mc.Adapter = "" // the run's own adapter is loaded below
+	h, err := openModelFor(mc, true)
+	if err != nil {
+		return err
+	}
+	r.h = h
+	adapterPath := filepath.Join(r.dir, InitAdapter)
+	switch {
+	case r.ck != nil:
+		adapterPath = filepath.Join(r.dir, r.ck.Dir, r.ck.Adapter)
+		note := fmt.Sprintf("resuming %s at step %d of %d (checkpoint %s)", r.dir, r.ck.Step+1, cfg.Run.Steps, r.ck.Dir)
+		fmt.Fprintln(r.logw, note)
+		emit(r.o.Progress, RunNote{Text: note})
+	case cfg.Model.Adapter != "":
+		adapterPath = cfg.Model.Adapter
+	default:
+		if err := train.CreateLoRA(h.llm, adapterPath, LoRAConfig(cfg)); err != nil {
+			return err
+		}
+		crashpoint.At("init-adapter-written")
+	}
+	return h.LoadAdapter(adapterPath)
+}
+
+// openTrainer makes the adapter's trainer, with the checkpoint's
+// optimiser state when resuming.
+func (r *runner) openTrainer() error {
+	tr, err := train.NewLoRATrainer(r.h.llm, r.h.adapter, TrainerConfig(r.cfg))
+	if err != nil {
+		return err
+	}
+	r.tr = tr
+	if r.ck == nil {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(r.dir, r.ck.Dir, r.ck.Optimizer))
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := tr.UnmarshalBinary(b); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", r.ck.Dir, err)
+	}
+	return nil
+}
+
+// close frees what startRun opened, the last first.
+func (r *runner) close() {
+	if r.mlog != nil {
+		r.mlog.Close()
+	}
+	if r.tr != nil {
+		r.tr.Close()
+	}
+	if r.h != nil {
+		r.h.Close()
+	}
+}
+
+// evaluate runs the held-out evaluation of a step into its folder; nil
+// without held-out prompts.
+func (r *runner) evaluate(ctx context.Context, step int) (*EvalResult, error) {
+	if r.greedy == nil {
+		return nil, nil
+	}
+	res, err := evaluateEngines(ctx, r.cfg, r.greedy, r.cfg.Data.Eval, r.evalPrompts, filepath.Join(r.dir, "steps", fmt.Sprintf("%04d", step), "eval"), r.o.Progress, step, r.cfg.Run.Steps)
+	if err != nil {
+		return nil, fmt.Errorf("step %d: evaluation: %w", step, err)
+	}
+	return &res, nil
+}
+
+// evaluateBefore records step 0, the held-out evaluation before training
+// (reused from RunOptions.BeforeFrom when it can be), on a run's first
+// invocation.
+func (r *runner) evaluateBefore(ctx context.Context) error {
+	if r.start != 0 || r.greedy == nil {
+		return nil
+	}
+	ev, err := reuseBefore(r.o.BeforeFrom, r.dir, r.cfg)
+	if ev == nil && err == nil {
+		emit(r.o.Progress, RunNote{Text: fmt.Sprintf("step 0: held-out evaluation of %s (%s), before training", english.Count(len(r.evalPrompts), "prompt"), r.cfg.Data.Eval)})
+		ev, err = r.evaluate(ctx, 0)
+	}
+	if err != nil {
+		return err
+	}
+	row := MissingMetrics()
+	row.Step = 0
+	row.EvalAccuracy = &ev.Accuracy
+	row.EvalMeanTokens = &ev.MeanTokens
+	if err := r.mlog.Append(row); err != nil {
+		return err
+	}
+	crashpoint.At("eval0-recorded")
+	line := fmt.Sprintf("step 0: held-out accuracy %.3f, mean tokens %.1f (before training)", ev.Accuracy, ev.MeanTokens)
+	fmt.Fprintln(r.logw, line)
+	emit(r.o.Progress, RunNote{Text: line})
+	return nil
+}
+
+// stage tells RunOptions.Live and Progress which stage a step is in.
+func (r *runner) stage(step int, name string) {
+	if r.o.Live != nil {
+		r.o.Live(fmt.Sprintf("step %d/%d: %s", step, r.cfg.Run.Steps, name))
+	}
+	emit(r.o.Progress, RunStage{Step: step, Steps: r.cfg.Run.Steps, Stage: name})
+}
+
+// step runs one step (runStep: rollout, scoring, export, training), then
+// the held-out evaluation when one is due.
+func (r *runner) step(ctx context.Context, step int) (StepMetrics, error) {
+	cfg := r.cfg
+	row, err := runStep(ctx, cfg, step, r.trainPrompts, r.engine, r.tr, func(name string) { r.stage(step, name) }, remoteOf(r.o.Remote, r.h))
+	if err != nil {
+		return row, err
+	}
+	if cfg.Run.EvalEvery > 0 && (step%cfg.Run.EvalEvery == 0 || step == cfg.Run.Steps) {
+		r.stage(step, "held-out evaluation")
+		ev, err := r.evaluate(ctx, step)
+		if err != nil {
+			return row, err
+		}
+		if ev != nil {
+			row.EvalAccuracy = &ev.Accuracy
+			row.EvalMeanTokens = &ev.MeanTokens
+		}
+	}
+	return row, nil
+}
+
+// record keeps a step: its metrics row first, then the checkpoint (a stop
+// between the two redoes the step, whose row is dropped on resume, instead
+// of losing the row), then the plots.
+func (r *runner) record(step int, row StepMetrics) error {
+	if err := r.mlog.Append(row); err != nil {
+		return err
+	}
+	crashpoint.At("metrics-recorded")
+	if err := saveCheckpoint(r.dir, step, r.h.adapter, r.h.llm.Architecture(), r.tr); err != nil {
+		return err
+	}
+	_, err := r.o.plot(r.cfg, r.mlog.Rows())
+	return err
+}
+
+// report writes a step's line and sends RunStepDone.
+func (r *runner) report(step int, row StepMetrics, eta time.Duration) {
+	fmt.Fprintln(r.logw, stepLine(row, r.cfg.Run.Steps, eta))
+	emit(r.o.Progress, RunStepDone{Steps: r.cfg.Run.Steps, Metrics: row, ETA: eta})
+}
+
+// finish ends a run that did every step: the remote workers' report, the
+// final plots, the evaluations before and after.
+func (r *runner) finish(ctx context.Context, res RunResult) (RunResult, error) {
+	if r.o.Remote != nil {
+		if err := finishRemote(ctx, r.o.Remote, r.dir); err != nil {
 			return res, err
 		}
 	}
-	res.Rows = mlog.Rows()
-	res.Plots, err = Plot(res.Rows, filepath.Join(dir, "plots"), RewardName(cfg.Reward))
-	if err != nil {
+	res.Rows = r.mlog.Rows()
+	var err error
+	if res.Plots, err = r.o.plot(r.cfg, res.Rows); err != nil {
 		return res, err
 	}
-	res.Before, res.After = evalAt(dir, res.Rows, 0), evalAt(dir, res.Rows, cfg.Run.Steps)
+	res.Before, res.After = evalAt(r.dir, res.Rows, 0), evalAt(r.dir, res.Rows, r.cfg.Run.Steps)
 	return res, nil
 }
 
@@ -308,7 +420,7 @@ func reuseBefore(from, dir string, cfg Config) (*EvalResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := WriteFileAtomic(filepath.Join(dst, e.Name()), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+		if err := atomicfile.Write(filepath.Join(dst, e.Name()), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 			return nil, err
 		}
 	}
@@ -370,15 +482,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	if step > 1 {
 		adapter = filepath.Join(cfg.Run.Out, fmt.Sprintf("checkpoints/step-%04d/adapter.gguf", step-1))
 	}
-	var rst rollout.Stats
-	var err error
-	if rem != nil {
-		rst, err = remoteStep(ctx, cfg, rem.src, e, step, batch, rolls, adapter)
-	} else {
-		// Every step samples afresh: the engine's seed moves with the step.
-		e.SetSeed(stepSeed(cfg, step))
-		rst, err = writeStepRollouts(ctx, e.Generate, e, batch, rolls)
-	}
+	rst, err := stepRollouts(ctx, cfg, step, batch, e, rem, rolls, adapter)
 	if err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
 	}
@@ -396,17 +500,18 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	if err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: score: %w", step, err)
 	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: the configuration as JSON (for its hash): %w", step, err)
-	}
 	trainSet := filepath.Join(sdir, "train.jsonl")
-	if _, err := Export(ExportOptions{In: scored, Out: trainSet, Format: "jsonl", Adapter: adapter,
-		ConfigJSON: cfgJSON, SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated}); err != nil {
+	eo, err := NewExportOptions(cfg, scored, trainSet)
+	if err != nil {
+		return StepMetrics{}, fmt.Errorf("step %d: %w", step, err)
+	}
+	// The step's adapter; the model is not hashed at every step.
+	eo.Format, eo.Model, eo.Adapter = dataset.FormatJSONL, "", adapter
+	if _, err := Export(eo); err != nil {
 		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
 	t2 := time.Now()
-	recs, err := ReadTrainExamples(trainSet)
+	recs, err := dataset.ReadTrainExamples(trainSet)
 	if err != nil {
 		return StepMetrics{}, err
 	}
@@ -427,33 +532,54 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.TrainSkipped = 1
 	if len(recs) > 0 {
 		stage("training")
-		exs := Examples(recs)
-		for i := range exs {
-			// The rollouts were sampled with the adapter being trained:
-			// the first update is on-policy and its own forward gives the
-			// old log-probs (the export's are the sampler's, which differ
-			// from the model's under top-k/top-p).
-			exs[i].OldLogProbs = nil
-		}
-		sts, err := tr.Update(ctx, exs)
-		if err != nil {
+		if err := trainStep(ctx, tr, recs, &row); err != nil {
 			return StepMetrics{}, fmt.Errorf("step %d: train: %w", step, err)
-		}
-		if !sts[0].Skipped {
-			row.TrainSkipped = 0
-			row.Updates = len(sts)
-			row.Loss, row.GradNorm, row.LR = sts[0].Objective, sts[0].GradNorm, sts[0].LR
-			var clip, kl float64
-			for _, st := range sts {
-				clip += st.ClipFrac
-				kl += st.KL
-			}
-			row.ClipFrac, row.KL = clip/float64(len(sts)), kl/float64(len(sts))
 		}
 	}
 	row.TrainS = time.Since(t2).Seconds()
 	row.StepS = time.Since(t0).Seconds()
 	return row, nil
+}
+
+// stepRollouts samples a step's groups into rolls, on the remote workers
+// when there are some, else on the local engine.
+func stepRollouts(ctx context.Context, cfg Config, step int, batch []dataset.Prompt, e *rollout.Engine, rem *remoteRun, rolls, adapter string) (rollout.Stats, error) {
+	if rem != nil {
+		return remoteStep(ctx, cfg, rem.src, e, step, batch, rolls, adapter)
+	}
+	// Every step samples afresh: the engine's seed moves with the step.
+	e.SetSeed(stepSeed(cfg, step))
+	return writeStepRollouts(ctx, e.Generate, e, batch, rolls)
+}
+
+// trainStep is a step's policy-gradient update on its training set, with
+// its statistics in row.
+func trainStep(ctx context.Context, tr *train.Trainer, recs []dataset.TrainExample, row *StepMetrics) error {
+	exs := Examples(recs)
+	for i := range exs {
+		// The rollouts were sampled with the adapter being trained: the
+		// first update is on-policy and its own forward gives the old
+		// log-probs (the export's are the sampler's, which differ from
+		// the model's under top-k/top-p).
+		exs[i].OldLogProbs = nil
+	}
+	sts, err := tr.Update(ctx, exs)
+	if err != nil {
+		return err
+	}
+	if sts[0].Skipped {
+		return nil
+	}
+	row.TrainSkipped = 0
+	row.Updates = len(sts)
+	row.Loss, row.GradNorm, row.LR = sts[0].Objective, sts[0].GradNorm, sts[0].LR
+	var clip, kl float64
+	for _, st := range sts {
+		clip += st.ClipFrac
+		kl += st.KL
+	}
+	row.ClipFrac, row.KL = clip/float64(len(sts)), kl/float64(len(sts))
+	return nil
 }
 
 // stepPrompts picks a step's prompts: the train prompts in an order shuffled
@@ -582,7 +708,7 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 			}
 		}
 		if !bytes.Equal(old, buf.Bytes()) { // more steps: the folder says so
-			if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+			if err := atomicfile.Write(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 				return nil, err
 			}
 		}
@@ -595,10 +721,10 @@ func prepareRunDir(cfg Config, resume bool) (*Checkpoint, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := WriteFileAtomic(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
+	if err := atomicfile.Write(cfgPath, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); err != nil {
 		return nil, err
 	}
-	crashPoint("run-folder-created")
+	crashpoint.At("run-folder-created")
 	return nil, nil
 }
 
@@ -621,15 +747,15 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 	if err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(filepath.Join(tmp, "optimizer.bin"), func(w io.Writer) error { _, err := w.Write(opt); return err }); err != nil {
+	if err := atomicfile.Write(filepath.Join(tmp, "optimizer.bin"), func(w io.Writer) error { _, err := w.Write(opt); return err }); err != nil {
 		return err
 	}
-	crashPoint("checkpoint-files")
+	crashpoint.At("checkpoint-files")
 	os.RemoveAll(final)
 	if err := os.Rename(tmp, final); err != nil {
 		return err
 	}
-	crashPoint("checkpoint-renamed")
+	crashpoint.At("checkpoint-renamed")
 	var prev Checkpoint
 	if b, err := os.ReadFile(filepath.Join(dir, CheckpointFile)); err == nil {
 		// A record that does not parse names no folder to remove: the
@@ -639,14 +765,10 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 		}
 	}
 	ck := Checkpoint{Step: step, Dir: name, Adapter: "adapter.gguf", Optimizer: "optimizer.bin", Time: time.Now().UTC().Format(time.RFC3339)}
-	b, err := json.MarshalIndent(ck, "", "  ")
-	if err != nil {
-		return fmt.Errorf("checkpoint record: %w", err)
-	}
-	if err := WriteFileAtomic(filepath.Join(dir, CheckpointFile), func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, CheckpointFile), ck); err != nil {
 		return err
 	}
-	crashPoint("checkpoint-recorded")
+	crashpoint.At("checkpoint-recorded")
 	if prev.Dir != "" && prev.Dir != name {
 		os.RemoveAll(filepath.Join(dir, prev.Dir))
 	}

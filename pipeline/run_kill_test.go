@@ -12,10 +12,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/confclip/confclip/internal/crashpoint"
 )
 
 // runInChild runs Run in a child process (the test binary, see TestMain)
-// with CrashEnv set to crashAt ("" for none). It returns whether the child
+// with crashpoint.Env set to crashAt ("" for none). It returns whether the child
 // was killed by SIGKILL, and its error otherwise.
 func runInChild(t *testing.T, cfg Config, resume bool, crashAt string) (killed bool, err error) {
 	t.Helper()
@@ -25,7 +27,7 @@ func runInChild(t *testing.T, cfg Config, resume bool, crashAt string) (killed b
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), runChildEnv+"="+cfgPath, CrashEnv+"="+crashAt)
+	cmd.Env = append(os.Environ(), runChildEnv+"="+cfgPath, crashpoint.Env+"="+crashAt)
 	if resume {
 		cmd.Env = append(cmd.Env, runChildResume+"=1")
 	}
@@ -46,7 +48,7 @@ func runInChild(t *testing.T, cfg Config, resume bool, crashAt string) (killed b
 }
 
 // TestRunKilledAtEveryPhase kills `confclip run` (SIGKILL, from the
-// CrashEnv hook) at every phase boundary of the loop, in step 1 and in a
+// crashpoint.Env hook) at every phase boundary of the loop, in step 1 and in a
 // later step, resumes it with --resume, and checks that the metrics equal
 // an uninterrupted run's, row for row (timings aside).
 func TestRunKilledAtEveryPhase(t *testing.T) {
@@ -58,7 +60,7 @@ func TestRunKilledAtEveryPhase(t *testing.T) {
 	}
 	base := cfg.Run.Out
 	var matrix []string
-	for _, phase := range CrashPhases {
+	for _, phase := range crashpoint.Phases {
 		for _, n := range []int{1, 2} {
 			at := fmt.Sprintf("%s@%d", phase, n)
 			switch phase {

@@ -7,11 +7,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/internal/testutil"
 )
 
 // runFixture writes the tiny generated model and prompts for a task that a
@@ -21,29 +21,11 @@ import (
 func runFixture(t *testing.T) Config {
 	t.Helper()
 	dir := t.TempDir()
-	model := filepath.Join(dir, "tiny.gguf")
-	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
-		t.Fatal(err)
-	}
-	write := func(name string, n int) string {
-		path := filepath.Join(dir, name)
-		w, err := dataset.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n; i++ {
-			w.Write(dataset.Prompt{ID: fmt.Sprintf("%s-%d", name, i), Prompt: fmt.Sprintf("Say %d:", i), Answer: "x"})
-		}
-		if err := w.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
 	cfg := DefaultConfig()
-	cfg.Model.Path = model
+	cfg.Model.Path = testutil.TinyModel(t, dir)
 	cfg.Model.Ctx = 128
-	cfg.Data.Train = write("train.jsonl", 6)
-	cfg.Data.Eval = write("eval.jsonl", 3)
+	cfg.Data.Train = testutil.SayPrompts(t, dir, "train.jsonl", 6)
+	cfg.Data.Eval = testutil.SayPrompts(t, dir, "eval.jsonl", 3)
 	cfg.Verifier.Name = "format"
 	cfg.Verifier.Pattern = `^\s*[a-m]`
 	cfg.Rollout.Group = 4
@@ -78,7 +60,12 @@ func sameRunMetrics(t *testing.T, a, b []StepMetrics) {
 func TestRunResumesExactly(t *testing.T) {
 	cfg := runFixture(t)
 	ctx := context.Background()
-	whole, err := Run(ctx, RunOptions{Config: cfg})
+	plots := 0 // the plotter is called after every step and at the end
+	plot := func(c Config, rows []StepMetrics, dir string) ([]string, error) {
+		plots++
+		return []string{filepath.Join(dir, fmt.Sprintf("rows-%d", len(rows)))}, nil
+	}
+	whole, err := Run(ctx, RunOptions{Config: cfg, Plot: plot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +76,9 @@ func TestRunResumesExactly(t *testing.T) {
 	if !trained {
 		t.Fatal("the fixture never trained (no reward spread): the test would prove nothing")
 	}
-	if len(whole.Rows) != cfg.Run.Steps+1 || whole.Before == nil || whole.After == nil || len(whole.Plots) == 0 {
-		t.Fatalf("rows %d, before %v, after %v, plots %v", len(whole.Rows), whole.Before, whole.After, whole.Plots)
+	if len(whole.Rows) != cfg.Run.Steps+1 || whole.Before == nil || whole.After == nil || plots != cfg.Run.Steps+1 ||
+		!slices.Equal(whole.Plots, []string{filepath.Join(cfg.Run.Out, "plots", fmt.Sprintf("rows-%d", cfg.Run.Steps+1))}) {
+		t.Fatalf("rows %d, before %v, after %v, plotter called %d times, plots %v", len(whole.Rows), whole.Before, whole.After, plots, whole.Plots)
 	}
 
 	// The same run, stopped after two steps, then killed in the middle of

@@ -11,6 +11,7 @@ import (
 	"sort"
 
 	"github.com/BurntSushi/toml"
+	"github.com/confclip/confclip/dataset"
 )
 
 // runStarted reports whether a run folder holds any result: a checkpoint
@@ -112,4 +113,19 @@ func checkRunFiles(cfg Config) error {
 	}
 	return errors.Join(check("model.path", cfg.Model.Path), check("model.adapter", cfg.Model.Adapter),
 		check("data.train", cfg.Data.Train), check("data.eval", cfg.Data.Eval))
+}
+
+// EvalVerdicts reads which held-out prompts the greedy evaluation of a
+// run's step got right, by prompt id.
+func EvalVerdicts(runDir string, step int) (map[string]bool, error) {
+	path := filepath.Join(runDir, "steps", fmt.Sprintf("%04d", step), "eval", "greedy.scored.jsonl")
+	recs, _, _, err := dataset.ReadFile[dataset.Scored](path, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		out[r.PromptID] = r.VerifierResult.Correct
+	}
+	return out, nil
 }

@@ -9,12 +9,12 @@ import (
 	"runtime"
 	"sort"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -46,9 +46,9 @@ type ScoreOptions struct {
 	// take their prompt and answer from when they do not carry them.
 	Prompts   string
 	PromptMap string
-	// Shard, when set, scores only the groups of one shard (shard.go); a
+	// Shard, when set, scores only the groups of one shard (package shard); a
 	// malformed line, which has no prompt id, is counted by shard 0 only.
-	Shard Shard
+	Shard shard.Shard
 }
 
 // NewScoreOptions takes the scoring tables of a config.
@@ -119,6 +119,24 @@ type Skipped struct {
 }
 
 const maxSkipExamples = 20
+
+// Add counts another part's skipped records and groups into s (merging
+// shards' summaries), keeping the first examples.
+func (s *Skipped) Add(o Skipped) {
+	s.Records += o.Records
+	s.Groups += o.Groups
+	for k, v := range o.Reasons {
+		if s.Reasons == nil {
+			s.Reasons = map[string]int{}
+		}
+		s.Reasons[k] += v
+	}
+	for _, e := range o.Examples {
+		if len(s.Examples) < maxSkipExamples {
+			s.Examples = append(s.Examples, e)
+		}
+	}
+}
 
 func (s *Skipped) add(kind string, n int, err error) {
 	s.Records += n
@@ -191,7 +209,7 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	recs = shardFilter(opts.Shard, recs, func(sr **scoreRecord) string { return (*sr).rec.PromptID })
+	recs = shard.Filter(opts.Shard, recs, func(sr **scoreRecord) string { return (*sr).rec.PromptID })
 	forced, err := s.teacherForce(ctx, recs)
 	if err != nil {
 		return Summary{}, err
@@ -218,7 +236,7 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 		}
 		// The rollout's provenance goes along, for the export.
 		if b, err := os.ReadFile(ProvenancePath(opts.In)); err == nil {
-			if err := WriteFileAtomic(ProvenancePath(opts.Out), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+			if err := atomicfile.Write(ProvenancePath(opts.Out), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 				return Summary{}, err
 			}
 		}
@@ -384,10 +402,49 @@ func (s *scorer) noLogprobs(r *dataset.Rollout) error {
 
 // hasConfidenceInput reports whether the record carries what the estimator reads.
 func (s *scorer) hasConfidenceInput(r *dataset.Rollout) bool {
-	if s.estimator.NeedsEntropies {
+	return hasConfidenceInput(r, s.estimator.NeedsEntropies)
+}
+
+// hasConfidenceInput reports whether a record carries what a confidence
+// estimator reads: log-probs, or entropies for one that needs them.
+func hasConfidenceInput(r *dataset.Rollout, needsEntropies bool) bool {
+	if needsEntropies {
 		return len(r.Entropies) > 0
 	}
 	return len(r.Logprobs) > 0
+}
+
+// SetStats computes the summary's statistics from its scored records, group
+// by group (the samples of one prompt): reward and binary-reward statistics,
+// outcomes (accuracy, lengths), and the calibration of the records whose
+// confidence had its input (hasConfidenceInput). Score builds its summary
+// this way, and merging shards rebuilds the whole's from the records.
+func (s *Summary) SetStats(reward string, needsEntropies bool, groups [][]*dataset.Scored) {
+	rewards, binary := make([][]float64, len(groups)), make([][]float64, len(groups))
+	correct, lengths := make([][]bool, len(groups)), make([][]int, len(groups))
+	var confs []float64
+	var confCorrect []bool
+	for gi, g := range groups {
+		for _, r := range g {
+			b := []float64{0}
+			confclip.Binary(b, []float64{r.VerifierResult.Score})
+			rewards[gi] = append(rewards[gi], r.Reward)
+			binary[gi] = append(binary[gi], b[0])
+			correct[gi] = append(correct[gi], r.VerifierResult.Correct)
+			lengths[gi] = append(lengths[gi], tokenCount(&r.Rollout))
+			if hasConfidenceInput(&r.Rollout, needsEntropies) {
+				confs = append(confs, r.Confidence)
+				confCorrect = append(confCorrect, r.VerifierResult.Correct)
+			}
+		}
+	}
+	s.Reward = confclip.RewardStatsOf(reward, rewards)
+	s.Binary = confclip.RewardStatsOf("binary", binary)
+	s.Outcomes = confclip.OutcomeStatsOf(correct, lengths)
+	if len(confs) > 0 {
+		cal := confclip.Calibrate(confs, confCorrect)
+		s.Calibration = &cal
+	}
 }
 
 // checkTokens checks that the per-token arrays agree in length and that the
@@ -619,35 +676,26 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 	}
 	rewards := make([][]float64, len(groups))
 	advs, truncs := make([][]float64, len(groups)), make([][]bool, len(groups))
-	binary := make([][]float64, len(groups))
-	correct := make([][]bool, len(groups))
-	lengths := make([][]int, len(groups))
-	var confs []float64
-	var confCorrect []bool
+	scored := make([][]*dataset.Scored, len(groups))
 	for gi, g := range groups {
 		n := len(g)
-		v, c, format := make([]float64, n), make([]float64, n), make([]float64, n)
-		correct[gi], lengths[gi] = make([]bool, n), make([]int, n)
+		v, c, format, lengths := make([]float64, n), make([]float64, n), make([]float64, n), make([]int, n)
 		truncated := make([]bool, n)
 		for j, sr := range g {
 			sc := s.scored(sr)
 			sr.out = sc
+			scored[gi] = append(scored[gi], sc)
 			v[j], format[j] = sc.VerifierResult.Score, sr.format
 			c[j] = sc.Confidence
-			correct[gi][j] = sc.VerifierResult.Correct
-			lengths[gi][j] = tokenCount(&sr.rec)
+			lengths[j] = tokenCount(&sr.rec)
 			truncated[j] = sr.rec.Finish == dataset.FinishLength
-			if s.hasConfidenceInput(&sr.rec) {
-				confs = append(confs, sc.Confidence)
-				confCorrect = append(confCorrect, sc.VerifierResult.Correct)
-				if sc.ConfidenceScope != o.Confidence.Scope {
-					sum.ScopeFallbacks++
-				}
+			if hasConfidenceInput(&sr.rec, s.estimator.NeedsEntropies) && sc.ConfidenceScope != o.Confidence.Scope {
+				sum.ScopeFallbacks++
 			}
 		}
 		r, a := make([]float64, n), make([]float64, n)
 		s.reward.Group(r, v, c)
-		s.shaping.Apply(r, format, lengths[gi])
+		s.shaping.Apply(r, format, lengths)
 		s.advantage(a, r)
 		if o.Advantage.MaskTruncated {
 			confclip.MaskTruncated(a, truncated)
@@ -661,8 +709,6 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 			sr.out.Reward, sr.out.Advantage = r[j], a[j]
 		}
 		rewards[gi], advs[gi], truncs[gi] = r, a, truncated
-		binary[gi] = make([]float64, n)
-		confclip.Binary(binary[gi], v)
 	}
 	if o.Advantage.Scale == confclip.ScaleBatch {
 		// The batch's std needs every group's rewards: a second pass.
@@ -681,13 +727,7 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 		out[i] = sr.out
 	}
 	sum.Records = len(out)
-	sum.Reward = confclip.RewardStatsOf(s.reward.Name, rewards)
-	sum.Binary = confclip.RewardStatsOf("binary", binary)
-	sum.Outcomes = confclip.OutcomeStatsOf(correct, lengths)
-	if len(confs) > 0 {
-		cal := confclip.Calibrate(confs, confCorrect)
-		sum.Calibration = &cal
-	}
+	sum.SetStats(s.reward.Name, s.estimator.NeedsEntropies, scored)
 	sum.Skipped = s.skipped
 	return out, sum
 }
@@ -773,60 +813,4 @@ func (s Skipped) SortedReasons() []string {
 		return keys[i] < keys[j]
 	})
 	return keys
-}
-
-// plural says n things in English: "1 group", "2 groups", "0 groups".
-func plural(n int, thing string) string {
-	if n == 1 {
-		return "1 " + thing
-	}
-	return fmt.Sprintf("%d %ss", n, thing)
-}
-
-// WriteTable prints the summary for a reader: outcomes, the chosen reward
-// beside the binary baseline (zero-std groups above all), calibration and
-// what was skipped.
-func (s Summary) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "scored %s in %s from %s", plural(s.Records, "record"), plural(s.Groups, "group"), s.In)
-	if s.Out != "" {
-		fmt.Fprintf(tw, " -> %s", s.Out)
-	}
-	fmt.Fprintf(tw, " (%.2fs)\n", s.Seconds)
-	fmt.Fprintf(tw, "verifier %s, confidence %s over %s (%s), advantage %s\n",
-		s.Verifier, s.ConfidenceEstimator, s.ConfidenceScope, plural(s.ScopeFallbacks, "fallback"), s.Advantage)
-	o := s.Outcomes
-	tokens := fmt.Sprintf("mean tokens right %.1f / wrong %.1f", o.MeanTokensRight, o.MeanTokensWrong)
-	if o.MeanTokensRight == 0 && o.MeanTokensWrong == 0 {
-		tokens = "mean tokens: none counted (text-only records)"
-	}
-	fmt.Fprintf(tw, "accuracy %.4f  pass@1 %.4f  pass@%d %.4f  %s\n\n", o.Accuracy, o.PassAt1, o.G, o.PassAtG, tokens)
-	fmt.Fprintf(tw, "\tbinary baseline\t%s (chosen)\n", s.Reward.Method)
-	pct := func(st confclip.RewardStats) string {
-		return fmt.Sprintf("%d/%d (%.1f%%)", st.ZeroStdGroups, st.Groups, 100*st.ZeroStdFraction)
-	}
-	fmt.Fprintf(tw, "zero-std groups\t%s\t%s\n", pct(s.Binary), pct(s.Reward))
-	fmt.Fprintf(tw, "reward mean\t%.4f\t%.4f\n", s.Binary.Mean, s.Reward.Mean)
-	fmt.Fprintf(tw, "reward std\t%.4f\t%.4f\n", s.Binary.Std, s.Reward.Std)
-	fmt.Fprintf(tw, "within-group std\t%.4f\t%.4f\n", s.Binary.GroupStdMean, s.Reward.GroupStdMean)
-	if c := s.Calibration; c != nil {
-		auroc := "undefined (one class)"
-		if c.AUROCDefined {
-			auroc = fmt.Sprintf("%.4f", c.AUROC)
-		}
-		fmt.Fprintf(tw, "\ncalibration over %d: ECE %.4f  Brier %.4f  AUROC %s\n", c.N, c.ECE, c.Brier, auroc)
-	}
-	if s.MaskedTruncated > 0 {
-		fmt.Fprintf(tw, "advantages masked for truncation: %d\n", s.MaskedTruncated)
-	}
-	if k := s.Skipped; k.Records > 0 {
-		fmt.Fprintf(tw, "\nskipped %s (%s of the wrong size):\n", plural(k.Records, "record"), plural(k.Groups, "group"))
-		for _, r := range k.SortedReasons() {
-			fmt.Fprintf(tw, "  %s\t%d\n", r, k.Reasons[r])
-		}
-		for _, e := range k.Examples {
-			fmt.Fprintf(tw, "  %s\n", e)
-		}
-	}
-	return tw.Flush()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/rollout"
+	"github.com/confclip/confclip/shard"
 )
 
 // TeacherForceOptions say which records TeacherForceFile runs through the
@@ -24,9 +25,9 @@ type TeacherForceOptions struct {
 	Chunk int
 	// Progress, when set, receives a TeacherForceProgress after each chunk.
 	Progress func(Event)
-	// Shard, when set, takes only the records of one shard (shard.go), by
+	// Shard, when set, takes only the records of one shard (package shard), by
 	// prompt_id, or by line for records without one.
-	Shard Shard
+	Shard shard.Shard
 }
 
 // TeacherForceResult is what TeacherForceFile did.
@@ -64,7 +65,7 @@ func TeacherForceFile(ctx context.Context, m *Model, o TeacherForceOptions) (Tea
 		var sr []dataset.Rollout
 		var sl []int
 		for i := range recs {
-			if o.Shard.Has(shardKey(recs[i].PromptID, lines[i])) {
+			if o.Shard.Has(shard.Key(recs[i].PromptID, lines[i])) {
 				sr, sl = append(sr, recs[i]), append(sl, lines[i])
 			}
 		}

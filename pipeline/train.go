@@ -11,6 +11,7 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/internal/peakrss"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/train"
 )
@@ -145,39 +146,9 @@ func CheckTrainExamples(path string, recs []dataset.TrainExample) error {
 func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	var sum TrainSummary
 	cfg := o.Config
-	if cfg.Model.Path == "" {
-		return sum, ErrNoModel
-	}
-	if o.AdapterOut == "" {
-		return sum, errors.New("no adapter output path given (--adapter-out)")
-	}
-	if err := atomicfile.NotInput(o.AdapterOut, o.Data, cfg.Model.Path, o.AdapterIn); err != nil {
-		return sum, err
-	}
-	if o.Steps < 1 {
-		return sum, fmt.Errorf("steps = %d: want at least 1 optimiser step", o.Steps)
-	}
-	if err := cfg.ValidateTables("model", "train"); err != nil {
-		return sum, err
-	}
-	recs, err := ReadTrainExamples(o.Data)
+	recs, err := o.examples()
 	if err != nil {
 		return sum, err
-	}
-	if len(recs) == 0 {
-		return sum, fmt.Errorf("%s: no training examples", o.Data)
-	}
-	if err := CheckTrainExamples(o.Data, recs); err != nil {
-		return sum, err
-	}
-	// A sequence's activations grow with its length (attention with its
-	// square): one longer than the context is refused before anything is
-	// allocated for it (8,606 tokens took 5 GB for a 186K-parameter model).
-	for i, r := range recs {
-		if n := len(r.PromptIDs) + len(r.CompletionIDs); n > cfg.Model.Ctx {
-			return sum, fmt.Errorf("%s: record %d (prompt_id %q, sample %d): a sequence of %d tokens, longer than model.ctx = %d",
-				o.Data, i+1, r.PromptID, r.Sample, n, cfg.Model.Ctx)
-		}
 	}
 	sum.Examples = len(recs)
 	mc := cfg.Model
@@ -187,28 +158,18 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, err
 	}
 	defer h.Close()
-	m := h.llm
-	in := o.AdapterIn
-	if in == "" {
-		tmp, err := os.CreateTemp("", "confclip-lora-*.gguf")
-		if err != nil {
-			return sum, err
-		}
-		tmp.Close()
-		defer os.Remove(tmp.Name())
-		if err := train.CreateLoRA(m, tmp.Name(), LoRAConfig(cfg)); err != nil {
-			return sum, err
-		}
-		in = tmp.Name()
-		sum.NewAdapter = true
+	in, cleanup, err := o.adapterIn(h)
+	if err != nil {
+		return sum, err
 	}
+	defer cleanup()
+	sum.NewAdapter = o.AdapterIn == ""
 	if err := h.LoadAdapter(in); err != nil {
 		return sum, err
 	}
-	a := h.adapter
 	tcfg := TrainerConfig(cfg)
 	tcfg.Profile = o.Profile != nil
-	tr, err := train.NewLoRATrainer(m, a, tcfg)
+	tr, err := train.NewLoRATrainer(h.llm, h.adapter, tcfg)
 	if err != nil {
 		return sum, err
 	}
@@ -229,12 +190,72 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 			return sum, err
 		}
 	}
-	if err := train.SaveLoRA(a, m.Architecture(), o.AdapterOut); err != nil {
+	if err := train.SaveLoRA(h.adapter, h.llm.Architecture(), o.AdapterOut); err != nil {
 		return sum, err
 	}
 	sum.AdapterOut = o.AdapterOut
 	sum.MicroBatch = tr.Config().MicroBatchTokens
 	sum.ComputeBufferBytes = tr.ComputeBufferBytes()
-	sum.PeakRSSBytes = PeakRSS()
+	sum.PeakRSSBytes = peakrss.Bytes()
 	return sum, nil
+}
+
+// examples checks the options and reads the training set, refusing what
+// the trainer cannot take before the model is loaded.
+func (o TrainOptions) examples() ([]dataset.TrainExample, error) {
+	cfg := o.Config
+	if cfg.Model.Path == "" {
+		return nil, ErrNoModel
+	}
+	if o.AdapterOut == "" {
+		return nil, errors.New("no adapter output path given (--adapter-out)")
+	}
+	if err := atomicfile.NotInput(o.AdapterOut, o.Data, cfg.Model.Path, o.AdapterIn); err != nil {
+		return nil, err
+	}
+	if o.Steps < 1 {
+		return nil, fmt.Errorf("steps = %d: want at least 1 optimiser step", o.Steps)
+	}
+	if err := cfg.ValidateTables("model", "train"); err != nil {
+		return nil, err
+	}
+	recs, err := dataset.ReadTrainExamples(o.Data)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%s: no training examples", o.Data)
+	}
+	if err := CheckTrainExamples(o.Data, recs); err != nil {
+		return nil, err
+	}
+	// A sequence's activations grow with its length (attention with its
+	// square): one longer than the context is refused before anything is
+	// allocated for it (8,606 tokens took 5 GB for a 186K-parameter model).
+	for i, r := range recs {
+		if n := len(r.PromptIDs) + len(r.CompletionIDs); n > cfg.Model.Ctx {
+			return nil, fmt.Errorf("%s: record %d (prompt_id %q, sample %d): a sequence of %d tokens, longer than model.ctx = %d",
+				o.Data, i+1, r.PromptID, r.Sample, n, cfg.Model.Ctx)
+		}
+	}
+	return recs, nil
+}
+
+// adapterIn is the adapter training starts from: AdapterIn, or a new one
+// in a temporary file (cleanup removes it).
+func (o TrainOptions) adapterIn(h *Model) (path string, cleanup func(), err error) {
+	if o.AdapterIn != "" {
+		return o.AdapterIn, func() {}, nil
+	}
+	tmp, err := os.CreateTemp("", "confclip-lora-*.gguf")
+	if err != nil {
+		return "", nil, err
+	}
+	tmp.Close()
+	cleanup = func() { os.Remove(tmp.Name()) }
+	if err := train.CreateLoRA(h.llm, tmp.Name(), LoRAConfig(o.Config)); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return tmp.Name(), cleanup, nil
 }

@@ -49,170 +49,306 @@ func (c Config) ValidateTables(tables ...string) error {
 }
 
 // Validate checks every key of the configuration against its range and
-// every name against its registry, before anything is created on disk or
-// loaded. All problems are reported together, one per line, each naming
-// its key; an unknown name suggests the nearest known one. Presence checks
-// that only some commands need (a model, a run folder) are left to them.
+// every name against its registry (the table checks), before anything is
+// created on disk or loaded. All problems are reported together, one per
+// line, each naming its key; an unknown name suggests the nearest known
+// one. Presence checks that only some commands need (a model, a run
+// folder) are left to them.
 func (c Config) Validate() error {
 	var errs []error
-	bad := func(key string, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
-	}
-	finite := func(key string, v float64) bool {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			bad(key, "%v is not a finite number", v)
-			return false
+	for _, ck := range checks {
+		err := ck.check(c)
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = append(errs, joined.Unwrap()...)
+		} else if err != nil {
+			errs = append(errs, err)
 		}
-		return true
-	}
-	atLeast := func(key string, v, lo int, what string) {
-		if v < lo {
-			bad(key, "%d: %s", v, what)
-		}
-	}
-	atMost := func(key string, v, hi int) {
-		if v > hi {
-			bad(key, "%d: at most %d (more would exhaust memory before any result)", v, hi)
-		}
-	}
-	inRange := func(key string, v, lo, hi float64, what string) {
-		if finite(key, v) && (v < lo || v > hi) {
-			bad(key, "%v: %s", v, what)
-		}
-	}
-	name := func(key, v string, known []string) {
-		if !slices.Contains(known, v) {
-			bad(key, "unknown name %q%s (known: %s)", v, didYouMean(v, known), strings.Join(known, ", "))
-		}
-	}
-	pattern := func(key, v string) {
-		if v == "" {
-			return
-		}
-		if _, err := regexp.Compile(v); err != nil {
-			bad(key, "%v", err)
-		}
-	}
-
-	m := c.Model
-	atLeast("model.gpu_layers", m.GPULayers, -1, "want -1 (all), 0 (none) or a number of layers")
-	atLeast("model.threads", m.Threads, 0, "want 0 (every core) or a number of threads")
-	atLeast("model.ctx", m.Ctx, 1, "want a context size of at least 1 token")
-
-	if _, err := dataset.ParseFieldMap(c.Data.Map); err != nil {
-		bad("data.map", "%v", err)
-	}
-
-	r := c.Rollout
-	atLeast("rollout.group", r.Group, 1, "want at least 1 completion per prompt")
-	atMost("rollout.group", r.Group, maxGroup)
-	atMost("rollout.parallel", r.Parallel, maxGroup)
-	atLeast("rollout.max_tokens", r.MaxTokens, 0, "want a completion length limit of at least 1 token, or 0 for the context left after the prompt")
-	inRange("rollout.temperature", r.Temperature, 0, math.MaxFloat64, "want 0 (greedy) or more")
-	if finite("rollout.top_p", r.TopP) && (r.TopP <= 0 || r.TopP > 1) {
-		bad("rollout.top_p", "%v: want a value in (0, 1]", r.TopP)
-	}
-	atLeast("rollout.top_k", r.TopK, 0, "want 0 (off) or more")
-	inRange("rollout.min_p", r.MinP, 0, 1, "want a value in [0, 1]")
-	atLeast("rollout.parallel", r.Parallel, 0, "want 0 (automatic) or more")
-	if m.Ctx > 0 && r.MaxTokens >= m.Ctx {
-		bad("rollout.max_tokens", "%d: does not fit in model.ctx = %d with a prompt", r.MaxTokens, m.Ctx)
-	}
-
-	v := c.Verifier
-	name("verifier.name", v.Name, verifiers.Names())
-	atLeast("verifier.timeout_ms", v.TimeoutMS, 1, "want a time limit of at least 1 ms")
-	atLeast("verifier.max_bytes", v.MaxBytes, 1, "want at least 1 byte")
-	atLeast("verifier.memory_mb", v.MemoryMB, 0, "want 0 (no limit) or a number of MiB")
-	atLeast("verifier.cpu_seconds", v.CPUSeconds, 0, "want 0 (no limit) or a number of seconds")
-	inRange("verifier.rel_tol", v.RelTol, 0, 1, "want a relative tolerance in [0, 1]")
-	if slices.Contains(verifiers.Names(), v.Name) {
-		// Building the verifier checks the rest of its table: extractors,
-		// the format pattern, that a command's checker exists.
-		if _, err := verifiers.New(v.Name, VerifierOptions(v)); err != nil {
-			bad("verifier", "%v", err)
-		}
-	}
-
-	cf := c.Confidence
-	name("confidence.estimator", cf.Estimator, confclip.ConfidenceNames())
-	name("confidence.scope", cf.Scope, confclip.ScopeNames())
-	atLeast("confidence.vocab", cf.Vocab, 0, "want 0 (not needed) or the vocabulary size")
-
-	rw := c.Reward
-	name("reward.method", rw.Method, confclip.RewardNames())
-	name("reward.weight", rw.Weight, confclip.WeightNames())
-	inRange("reward.lo", rw.Lo, 0, 1, "want a clip in [0, 1]")
-	inRange("reward.hi", rw.Hi, 0, 1, "want a clip in [0, 1]")
-	if rw.Lo > rw.Hi {
-		bad("reward.lo", "%v is above reward.hi = %v", rw.Lo, rw.Hi)
-	}
-	inRange("reward.eps", rw.Eps, 0, 1, "want a half-width in [0, 1]")
-	inRange("reward.lambda", rw.Lambda, 0, math.MaxFloat64, "want 0 or more")
-	inRange("reward.format_weight", rw.FormatWeight, 0, math.MaxFloat64, "want 0 (off) or more")
-	pattern("reward.format_pattern", rw.FormatPattern)
-	if rw.Overlong {
-		atLeast("reward.max_len", rw.MaxLen, 1, "overlong needs the length at which the punishment is full")
-		atLeast("reward.cache_len", rw.CacheLen, 0, "want 0 or more tokens")
-		if rw.CacheLen > rw.MaxLen {
-			bad("reward.cache_len", "%d is longer than reward.max_len = %d", rw.CacheLen, rw.MaxLen)
-		}
-	}
-
-	a := c.Advantage
-	name("advantage.estimator", a.Estimator, confclip.AdvantageNames())
-	name("advantage.scale", a.Scale, confclip.ScaleNames())
-
-	t := c.Train
-	if t.LoraRank < 1 || t.LoraRank > maxLoraRank {
-		bad("train.lora_rank", "%d: want a rank from 1 to %d", t.LoraRank, maxLoraRank)
-	}
-	if finite("train.lora_alpha", t.LoraAlpha) && t.LoraAlpha <= 0 {
-		bad("train.lora_alpha", "%v: want a positive scale", t.LoraAlpha)
-	}
-	if len(t.Targets) == 0 {
-		bad("train.targets", "empty: name the matrices to adapt (%s)", strings.Join(train.Targets, ", "))
-	}
-	for _, tg := range t.Targets {
-		name("train.targets", tg, train.Targets)
-	}
-	if finite("train.lr", t.LR) && t.LR <= 0 {
-		bad("train.lr", "%v: want a positive learning rate", t.LR)
-	}
-	inRange("train.beta1", t.Beta1, 0, math.Nextafter(1, 0), "want a decay in [0, 1)")
-	inRange("train.beta2", t.Beta2, 0, math.Nextafter(1, 0), "want a decay in [0, 1)")
-	if finite("train.eps", t.Eps) && t.Eps <= 0 {
-		bad("train.eps", "%v: want a positive epsilon", t.Eps)
-	}
-	inRange("train.weight_decay", t.WeightDecay, 0, math.MaxFloat64, "want 0 or more")
-	inRange("train.grad_clip", t.GradClip, 0, math.MaxFloat64, "want 0 (off) or a positive norm")
-	if _, err := train.LossAgg(t.LossAgg); err != nil {
-		bad("train.loss_agg", "%v", err)
-	}
-	atLeast("train.iterations", t.Iterations, 1, "want at least 1 update per batch")
-	inRange("train.epsilon", t.Epsilon, 0, math.MaxFloat64, "want 0 or more")
-	inRange("train.epsilon_high", t.EpsilonHigh, 0, math.MaxFloat64, "want 0 (= epsilon) or more")
-	inRange("train.beta", t.Beta, 0, math.MaxFloat64, "want 0 (off) or more")
-	if _, err := train.ScheduledLR(t.Schedule, 1, 1, 0, 1); err != nil {
-		bad("train.schedule", "%v", err)
-	}
-	atLeast("train.warmup_steps", t.WarmupSteps, 0, "want 0 or more updates")
-	atLeast("train.micro_batch", t.MicroBatch, 0, "want 0 (sized from the model) or a number of tokens per pass")
-
-	rn := c.Run
-	atLeast("run.steps", rn.Steps, 1, "want at least 1 step")
-	atLeast("run.prompts_per_step", rn.PromptsPerStep, 1, "want at least 1 prompt per step")
-	atLeast("run.eval_every", rn.EvalEvery, 0, "want 0 (never) or a number of steps")
-
-	for _, arm := range c.Experiment.Arms {
-		if _, err := armByName(arm); err != nil {
-			bad("experiment.arms", "%v", err)
-		}
-	}
-	if err := checkStarts(c.Experiment); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// A check is one row of Validate's table: a key, what it accepts (in words,
+// for docs/config.md's table of checked values: CheckedValues), and the
+// test, which returns nil or why the value is refused.
+type check struct {
+	key     string
+	accepts func() string
+	check   func(c Config) error
+}
+
+// refuse is a check's error: the key, then the problem.
+func refuse(key, format string, args ...any) error {
+	return fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...))
+}
+
+func text(s string) func() string { return func() string { return s } }
+
+// notFinite refuses NaN and infinities.
+func notFinite(key string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return refuse(key, "%v is not a finite number", v)
+	}
+	return nil
+}
+
+// atLeast accepts lo or more; what is the message ("want ...").
+func atLeast(key string, v func(Config) int, lo int, what string) check {
+	return check{key, text(strings.TrimPrefix(what, "want ")), func(c Config) error {
+		if x := v(c); x < lo {
+			return refuse(key, "%d: %s", x, what)
+		}
+		return nil
+	}}
+}
+
+// atMost bounds what would exhaust memory before any result.
+func atMost(key string, v func(Config) int, hi int) check {
+	return check{key, text(fmt.Sprintf("at most %d", hi)), func(c Config) error {
+		if x := v(c); x > hi {
+			return refuse(key, "%d: at most %d (more would exhaust memory before any result)", x, hi)
+		}
+		return nil
+	}}
+}
+
+// inRange accepts a finite value from lo to hi.
+func inRange(key string, v func(Config) float64, lo, hi float64, what string) check {
+	return check{key, text(strings.TrimPrefix(what, "want ")), func(c Config) error {
+		x := v(c)
+		if err := notFinite(key, x); err != nil {
+			return err
+		}
+		if x < lo || x > hi {
+			return refuse(key, "%v: %s", x, what)
+		}
+		return nil
+	}}
+}
+
+// positive accepts a finite value above 0.
+func positive(key string, v func(Config) float64, what string) check {
+	return check{key, text(strings.TrimPrefix(what, "want ")), func(c Config) error {
+		x := v(c)
+		if err := notFinite(key, x); err != nil {
+			return err
+		}
+		if x <= 0 {
+			return refuse(key, "%v: %s", x, what)
+		}
+		return nil
+	}}
+}
+
+// oneOf accepts the names of a registry.
+func oneOf(key string, v func(Config) string, known func() []string) check {
+	return check{key, func() string { return "one of " + strings.Join(known(), ", ") }, func(c Config) error {
+		return knownName(key, v(c), known())
+	}}
+}
+
+func knownName(key, v string, known []string) error {
+	if !slices.Contains(known, v) {
+		return refuse(key, "unknown name %q%s (known: %s)", v, didYouMean(v, known), strings.Join(known, ", "))
+	}
+	return nil
+}
+
+// wrap turns a checking function's error into a check's.
+func wrap(key, accepts string, f func(c Config) error) check {
+	return check{key, text(accepts), func(c Config) error {
+		if err := f(c); err != nil {
+			return refuse(key, "%v", err)
+		}
+		return nil
+	}}
+}
+
+// checks is Validate's table, in the order of the keys in docs/config.md.
+var checks = []check{
+	atLeast("model.gpu_layers", func(c Config) int { return c.Model.GPULayers }, -1, "want -1 (all), 0 (none) or a number of layers"),
+	atLeast("model.threads", func(c Config) int { return c.Model.Threads }, 0, "want 0 (every core) or a number of threads"),
+	atLeast("model.ctx", func(c Config) int { return c.Model.Ctx }, 1, "want a context size of at least 1 token"),
+
+	wrap("data.map", "a field map, as --map takes it", func(c Config) error { _, err := dataset.ParseFieldMap(c.Data.Map); return err }),
+
+	atLeast("rollout.group", func(c Config) int { return c.Rollout.Group }, 1, "want at least 1 completion per prompt"),
+	atMost("rollout.group", func(c Config) int { return c.Rollout.Group }, maxGroup),
+	atMost("rollout.parallel", func(c Config) int { return c.Rollout.Parallel }, maxGroup),
+	atLeast("rollout.max_tokens", func(c Config) int { return c.Rollout.MaxTokens }, 0, "want a completion length limit of at least 1 token, or 0 for the context left after the prompt"),
+	inRange("rollout.temperature", func(c Config) float64 { return c.Rollout.Temperature }, 0, math.MaxFloat64, "want 0 (greedy) or more"),
+	{"rollout.top_p", text("a value in (0, 1]"), func(c Config) error {
+		p := c.Rollout.TopP
+		if err := notFinite("rollout.top_p", p); err != nil {
+			return err
+		}
+		if p <= 0 || p > 1 {
+			return refuse("rollout.top_p", "%v: want a value in (0, 1]", p)
+		}
+		return nil
+	}},
+	atLeast("rollout.top_k", func(c Config) int { return c.Rollout.TopK }, 0, "want 0 (off) or more"),
+	inRange("rollout.min_p", func(c Config) float64 { return c.Rollout.MinP }, 0, 1, "want a value in [0, 1]"),
+	atLeast("rollout.parallel", func(c Config) int { return c.Rollout.Parallel }, 0, "want 0 (automatic) or more"),
+	{"rollout.max_tokens", text("less than model.ctx"), func(c Config) error {
+		if m, r := c.Model, c.Rollout; m.Ctx > 0 && r.MaxTokens >= m.Ctx {
+			return refuse("rollout.max_tokens", "%d: does not fit in model.ctx = %d with a prompt", r.MaxTokens, m.Ctx)
+		}
+		return nil
+	}},
+
+	{"verifier.name", text("the name of a registered verifier (docs/verifiers.md)"), func(c Config) error {
+		return knownName("verifier.name", c.Verifier.Name, verifiers.Names())
+	}},
+	atLeast("verifier.timeout_ms", func(c Config) int { return c.Verifier.TimeoutMS }, 1, "want a time limit of at least 1 ms"),
+	atLeast("verifier.max_bytes", func(c Config) int { return c.Verifier.MaxBytes }, 1, "want at least 1 byte"),
+	atLeast("verifier.memory_mb", func(c Config) int { return c.Verifier.MemoryMB }, 0, "want 0 (no limit) or a number of MiB"),
+	atLeast("verifier.cpu_seconds", func(c Config) int { return c.Verifier.CPUSeconds }, 0, "want 0 (no limit) or a number of seconds"),
+	inRange("verifier.rel_tol", func(c Config) float64 { return c.Verifier.RelTol }, 0, 1, "want a relative tolerance in [0, 1]"),
+	// Building the verifier checks the rest of its table: extractors, the
+	// format pattern, that a command's checker exists.
+	wrap("verifier", "settings the named verifier builds with (extractors, pattern, command)", func(c Config) error {
+		if !slices.Contains(verifiers.Names(), c.Verifier.Name) {
+			return nil
+		}
+		_, err := verifiers.New(c.Verifier.Name, VerifierOptions(c.Verifier))
+		return err
+	}),
+
+	oneOf("confidence.estimator", func(c Config) string { return c.Confidence.Estimator }, confclip.ConfidenceNames),
+	oneOf("confidence.scope", func(c Config) string { return c.Confidence.Scope }, confclip.ScopeNames),
+	atLeast("confidence.vocab", func(c Config) int { return c.Confidence.Vocab }, 0, "want 0 (not needed) or the vocabulary size"),
+
+	oneOf("reward.method", func(c Config) string { return c.Reward.Method }, confclip.RewardNames),
+	oneOf("reward.weight", func(c Config) string { return c.Reward.Weight }, confclip.WeightNames),
+	inRange("reward.lo", func(c Config) float64 { return c.Reward.Lo }, 0, 1, "want a clip in [0, 1]"),
+	inRange("reward.hi", func(c Config) float64 { return c.Reward.Hi }, 0, 1, "want a clip in [0, 1]"),
+	{"reward.lo", text("at most reward.hi"), func(c Config) error {
+		if rw := c.Reward; rw.Lo > rw.Hi {
+			return refuse("reward.lo", "%v is above reward.hi = %v", rw.Lo, rw.Hi)
+		}
+		return nil
+	}},
+	inRange("reward.eps", func(c Config) float64 { return c.Reward.Eps }, 0, 1, "want a half-width in [0, 1]"),
+	inRange("reward.lambda", func(c Config) float64 { return c.Reward.Lambda }, 0, math.MaxFloat64, "want 0 or more"),
+	inRange("reward.format_weight", func(c Config) float64 { return c.Reward.FormatWeight }, 0, math.MaxFloat64, "want 0 (off) or more"),
+	wrap("reward.format_pattern", "a regular expression (Go syntax), or empty", func(c Config) error {
+		if c.Reward.FormatPattern == "" {
+			return nil
+		}
+		_, err := regexp.Compile(c.Reward.FormatPattern)
+		return err
+	}),
+	{"reward.max_len", text("with overlong: at least 1"), func(c Config) error {
+		if rw := c.Reward; rw.Overlong && rw.MaxLen < 1 {
+			return refuse("reward.max_len", "%d: overlong needs the length at which the punishment is full", rw.MaxLen)
+		}
+		return nil
+	}},
+	{"reward.cache_len", text("with overlong: 0 or more tokens"), func(c Config) error {
+		if rw := c.Reward; rw.Overlong && rw.CacheLen < 0 {
+			return refuse("reward.cache_len", "%d: want 0 or more tokens", rw.CacheLen)
+		}
+		return nil
+	}},
+	{"reward.cache_len", text("with overlong: at most reward.max_len"), func(c Config) error {
+		if rw := c.Reward; rw.Overlong && rw.CacheLen > rw.MaxLen {
+			return refuse("reward.cache_len", "%d is longer than reward.max_len = %d", rw.CacheLen, rw.MaxLen)
+		}
+		return nil
+	}},
+
+	oneOf("advantage.estimator", func(c Config) string { return c.Advantage.Estimator }, confclip.AdvantageNames),
+	oneOf("advantage.scale", func(c Config) string { return c.Advantage.Scale }, confclip.ScaleNames),
+
+	{"train.lora_rank", text(fmt.Sprintf("a rank from 1 to %d", maxLoraRank)), func(c Config) error {
+		if r := c.Train.LoraRank; r < 1 || r > maxLoraRank {
+			return refuse("train.lora_rank", "%d: want a rank from 1 to %d", r, maxLoraRank)
+		}
+		return nil
+	}},
+	positive("train.lora_alpha", func(c Config) float64 { return c.Train.LoraAlpha }, "want a positive scale"),
+	{"train.targets", func() string { return "a non-empty list of " + strings.Join(train.Targets, ", ") }, func(c Config) error {
+		t := c.Train.Targets
+		if len(t) == 0 {
+			return refuse("train.targets", "empty: name the matrices to adapt (%s)", strings.Join(train.Targets, ", "))
+		}
+		var errs []error
+		for _, tg := range t {
+			errs = append(errs, knownName("train.targets", tg, train.Targets))
+		}
+		return errors.Join(errs...)
+	}},
+	positive("train.lr", func(c Config) float64 { return c.Train.LR }, "want a positive learning rate"),
+	inRange("train.beta1", func(c Config) float64 { return c.Train.Beta1 }, 0, math.Nextafter(1, 0), "want a decay in [0, 1)"),
+	inRange("train.beta2", func(c Config) float64 { return c.Train.Beta2 }, 0, math.Nextafter(1, 0), "want a decay in [0, 1)"),
+	positive("train.eps", func(c Config) float64 { return c.Train.Eps }, "want a positive epsilon"),
+	inRange("train.weight_decay", func(c Config) float64 { return c.Train.WeightDecay }, 0, math.MaxFloat64, "want 0 or more"),
+	inRange("train.grad_clip", func(c Config) float64 { return c.Train.GradClip }, 0, math.MaxFloat64, "want 0 (off) or a positive norm"),
+	wrap("train.loss_agg", "a loss aggregation train knows", func(c Config) error { _, err := train.LossAgg(c.Train.LossAgg); return err }),
+	atLeast("train.iterations", func(c Config) int { return c.Train.Iterations }, 1, "want at least 1 update per batch"),
+	inRange("train.epsilon", func(c Config) float64 { return c.Train.Epsilon }, 0, math.MaxFloat64, "want 0 or more"),
+	inRange("train.epsilon_high", func(c Config) float64 { return c.Train.EpsilonHigh }, 0, math.MaxFloat64, "want 0 (= epsilon) or more"),
+	inRange("train.beta", func(c Config) float64 { return c.Train.Beta }, 0, math.MaxFloat64, "want 0 (off) or more"),
+	wrap("train.schedule", "a learning-rate schedule train knows", func(c Config) error {
+		_, err := train.ScheduledLR(c.Train.Schedule, 1, 1, 0, 1)
+		return err
+	}),
+	atLeast("train.warmup_steps", func(c Config) int { return c.Train.WarmupSteps }, 0, "want 0 or more updates"),
+	atLeast("train.micro_batch", func(c Config) int { return c.Train.MicroBatch }, 0, "want 0 (sized from the model) or a number of tokens per pass"),
+
+	atLeast("run.steps", func(c Config) int { return c.Run.Steps }, 1, "want at least 1 step"),
+	atLeast("run.prompts_per_step", func(c Config) int { return c.Run.PromptsPerStep }, 1, "want at least 1 prompt per step"),
+	atLeast("run.eval_every", func(c Config) int { return c.Run.EvalEvery }, 0, "want 0 (never) or a number of steps"),
+
+	{"experiment.arms", func() string {
+		var names []string
+		for _, a := range Arms {
+			names = append(names, a.Name)
+		}
+		return "arms of " + strings.Join(names, ", ")
+	}, func(c Config) error {
+		var errs []error
+		for _, arm := range c.Experiment.Arms {
+			if _, err := ArmByName(arm); err != nil {
+				errs = append(errs, refuse("experiment.arms", "%v", err))
+			}
+		}
+		return errors.Join(errs...)
+	}},
+	{"experiment.starts", text("distinct names; with a seed, experiment.corpus and pre-training settings of at least 1 step, 1 text, a positive rate"), func(c Config) error {
+		return CheckStarts(c.Experiment)
+	}},
+}
+
+// Accepts is what Validate accepts for a key, in words ("" when it does
+// not check the key): the commands' help shows it beside a config flag.
+func Accepts(key string) string {
+	var out []string
+	for _, ck := range checks {
+		if ck.key == key {
+			out = append(out, ck.accepts())
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// CheckedValues is Validate's table as Markdown, one row per key with what
+// it accepts: docs/config.md holds it (a test keeps the two the same).
+func CheckedValues() string {
+	var b strings.Builder
+	b.WriteString("| key | accepts |\n|---|---|\n")
+	var keys []string
+	accepts := map[string][]string{}
+	for _, ck := range checks {
+		if _, seen := accepts[ck.key]; !seen {
+			keys = append(keys, ck.key)
+		}
+		accepts[ck.key] = append(accepts[ck.key], ck.accepts())
+	}
+	for _, k := range keys {
+		fmt.Fprintf(&b, "| %s | %s |\n", k, strings.Join(accepts[k], "; "))
+	}
+	return b.String()
 }
 
 // didYouMean suggests the known name nearest to v (at most a third of its

@@ -13,6 +13,7 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -57,10 +58,10 @@ type VerifyFileOptions struct {
 	W   io.Writer
 	// Jobs is how many verifications run at once; 0 = the cores.
 	Jobs int
-	// Shard, when set, verifies only the lines of one shard (shard.go), by
+	// Shard, when set, verifies only the lines of one shard (package shard), by
 	// their prompt_id (or id), or by line for lines without one; each
 	// result then also has the input's line and id.
-	Shard Shard
+	Shard shard.Shard
 }
 
 // VerifySummary counts what VerifyFile checked.
@@ -89,22 +90,9 @@ type verifyInput struct {
 // line. Lines are verified in batches, Jobs at a time, and written in input
 // order. An error names the file and line.
 func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, err error) {
-	if err := atomicfile.NotInput(o.Out, o.In); err != nil {
-		return sum, err
-	}
-	if err := (Config{Verifier: o.Verifier}).ValidateTables("verifier"); err != nil {
-		return sum, err
-	}
-	if o.Jobs < 0 || o.Jobs > MaxJobs {
-		return sum, fmt.Errorf("jobs = %d: want 0 (the cores) to %d", o.Jobs, MaxJobs)
-	}
-	v, err := verifiers.New(o.Verifier.Name, VerifierOptions(o.Verifier))
+	v, jobs, err := o.verifier()
 	if err != nil {
 		return sum, err
-	}
-	jobs := o.Jobs
-	if jobs <= 0 {
-		jobs = runtime.NumCPU()
 	}
 	f, err := os.Open(o.In)
 	if err != nil {
@@ -112,66 +100,17 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 	}
 	defer f.Close()
 	r := dataset.NewReader(f, o.In)
-
-	var write func(any) error
-	if o.Out == "" {
-		w := o.W
-		if w == nil {
-			w = io.Discard
-		}
-		enc := json.NewEncoder(w)
-		write = func(v any) error { return enc.Encode(v) }
-	} else {
-		dw, cerr := dataset.Create(o.Out)
-		if cerr != nil {
-			return sum, cerr
-		}
-		defer func() { // err is the named result: commit only a complete run
-			if err != nil {
-				dw.Abort()
-			} else {
-				err = dw.Commit()
-			}
-		}()
-		write = dw.Write
+	write, finish, err := o.output()
+	if err != nil {
+		return sum, err
 	}
+	defer func() { err = finish(err) }() // err is the named result: commit only a complete run
 
-	type item struct {
-		line               int
-		id                 string
-		answer, completion string
-		res                verifiers.Result
-		err                error
-	}
-	batch := make([]item, 0, 64*jobs)
+	batch := make([]verifyItem, 0, 64*jobs)
 	flush := func() error {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, jobs)
-		for i := range batch {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func(it *item) {
-				defer func() { <-sem; wg.Done() }()
-				it.res, it.err = v.Verify(ctx, it.completion, it.answer)
-			}(&batch[i])
-		}
-		wg.Wait()
-		for _, it := range batch {
-			if it.err != nil {
-				return &dataset.LineError{File: o.In, Line: it.line, Err: it.err}
-			}
-			var out any = toVerifyResult(it.res)
-			if o.Shard.N > 0 { // 0/1 too, so that every N reads alike
-				// A shard's results say which input line they answer.
-				out = shardResult{Line: it.line, ID: it.id, VerifyResult: toVerifyResult(it.res)}
-			}
-			if err := write(out); err != nil {
-				return err
-			}
-			sum.Records++
-			if it.res.Correct {
-				sum.Correct++
-			}
+		verifyAll(ctx, v, batch, jobs)
+		if err := o.writeResults(batch, write, &sum); err != nil {
+			return err
 		}
 		batch = batch[:0]
 		return nil
@@ -185,13 +124,13 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 		if err != nil {
 			return sum, err
 		}
-		if !o.Shard.Has(shardKey(cmp.Or(rec.PromptID, rec.ID), r.Line())) {
+		if !o.Shard.Has(shard.Key(cmp.Or(rec.PromptID, rec.ID), r.Line())) {
 			continue
 		}
 		if rec.Answer == nil || rec.Completion == nil {
 			return sum, &dataset.LineError{File: o.In, Line: r.Line(), Err: errors.New(`want string fields "answer" and "completion"`)}
 		}
-		batch = append(batch, item{line: r.Line(), id: cmp.Or(rec.PromptID, rec.ID), answer: *rec.Answer, completion: *rec.Completion})
+		batch = append(batch, verifyItem{line: r.Line(), id: cmp.Or(rec.PromptID, rec.ID), answer: *rec.Answer, completion: *rec.Completion})
 		if len(batch) == cap(batch) {
 			if err := flush(); err != nil {
 				return sum, err
@@ -205,4 +144,97 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 		return sum, fmt.Errorf("%s: nothing to verify", o.In)
 	}
 	return sum, nil
+}
+
+// verifier checks the options and builds the verifier; jobs is how many
+// verifications run at once.
+func (o VerifyFileOptions) verifier() (v verifiers.Verifier, jobs int, err error) {
+	if err := atomicfile.NotInput(o.Out, o.In); err != nil {
+		return nil, 0, err
+	}
+	if err := (Config{Verifier: o.Verifier}).ValidateTables("verifier"); err != nil {
+		return nil, 0, err
+	}
+	if o.Jobs < 0 || o.Jobs > MaxJobs {
+		return nil, 0, fmt.Errorf("jobs = %d: want 0 (the cores) to %d", o.Jobs, MaxJobs)
+	}
+	if v, err = verifiers.New(o.Verifier.Name, VerifierOptions(o.Verifier)); err != nil {
+		return nil, 0, err
+	}
+	jobs = o.Jobs
+	if jobs <= 0 {
+		jobs = runtime.NumCPU()
+	}
+	return v, jobs, nil
+}
+
+// output is where the results go: o.Out, written atomically (finish
+// commits it when the run ended without error, else removes it), or o.W.
+func (o VerifyFileOptions) output() (write func(any) error, finish func(error) error, err error) {
+	if o.Out == "" {
+		w := o.W
+		if w == nil {
+			w = io.Discard
+		}
+		enc := json.NewEncoder(w)
+		return func(v any) error { return enc.Encode(v) }, func(err error) error { return err }, nil
+	}
+	dw, err := dataset.Create(o.Out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return dw.Write, func(err error) error {
+		if err != nil {
+			dw.Abort()
+			return err
+		}
+		return dw.Commit()
+	}, nil
+}
+
+// verifyItem is one input line and its verdict.
+type verifyItem struct {
+	line               int
+	id                 string
+	answer, completion string
+	res                verifiers.Result
+	err                error
+}
+
+// verifyAll verifies a batch, jobs at a time.
+func verifyAll(ctx context.Context, v verifiers.Verifier, batch []verifyItem, jobs int) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, jobs)
+	for i := range batch {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(it *verifyItem) {
+			defer func() { <-sem; wg.Done() }()
+			it.res, it.err = v.Verify(ctx, it.completion, it.answer)
+		}(&batch[i])
+	}
+	wg.Wait()
+}
+
+// writeResults writes a verified batch's results in input order, stopping
+// at the first line that could not be verified.
+func (o VerifyFileOptions) writeResults(batch []verifyItem, write func(any) error, sum *VerifySummary) error {
+	for _, it := range batch {
+		if it.err != nil {
+			return &dataset.LineError{File: o.In, Line: it.line, Err: it.err}
+		}
+		var out any = toVerifyResult(it.res)
+		if o.Shard.N > 0 { // 0/1 too, so that every N reads alike
+			// A shard's results say which input line they answer.
+			out = shardResult{Line: it.line, ID: it.id, VerifyResult: toVerifyResult(it.res)}
+		}
+		if err := write(out); err != nil {
+			return err
+		}
+		sum.Records++
+		if it.res.Correct {
+			sum.Correct++
+		}
+	}
+	return nil
 }

@@ -408,14 +408,7 @@ func (e *Engine) render(p *dataset.Prompt) (string, bool, error) {
 	if len(p.Messages) == 0 && !e.o.Chat {
 		return p.Prompt, false, nil
 	}
-	msgs := make([]llama.Message, 0, len(p.Messages)+1)
-	for _, m := range p.Messages {
-		msgs = append(msgs, llama.Message{Role: m.Role, Content: m.Content})
-	}
-	if len(msgs) == 0 {
-		msgs = append(msgs, llama.Message{Role: "user", Content: p.Prompt})
-	}
-	text, err := e.m.ApplyChatTemplate(e.o.ChatTemplate, msgs, true)
+	text, err := RenderChat(e.m, e.o.ChatTemplate, p.Messages, p.Prompt)
 	if err != nil {
 		return "", false, fmt.Errorf("chat template: %w", err)
 	}

@@ -170,7 +170,40 @@ func (e requestError) Error() string { return e.msg }
 // group asks for one prompt's samples.
 func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prompt) ([]dataset.Rollout, int, error) {
 	r := cfg.Rollout
-	body := map[string]any{"model": c.ModelName, "n": r.Group, "temperature": r.Temperature, "seed": r.Seed}
+	path, body, err := c.request(r, p)
+	if err != nil {
+		return nil, 0, err
+	}
+	b, status, err := c.post(ctx, path, body)
+	switch {
+	case err != nil:
+		return nil, 0, fmt.Errorf("prompt %q: %w", p.ID, err)
+	case status == http.StatusConflict && c.adapterSHA != "":
+		return nil, 0, fmt.Errorf("prompt %q: %s%s: the worker has another adapter: %s", p.ID, c.base(), path, short(b))
+	case status >= 400 && status < 500 && status != http.StatusTooManyRequests:
+		return nil, 0, requestError{fmt.Sprintf("%s%s: status %d: %s", c.base(), path, status, short(b))}
+	case status != http.StatusOK:
+		return nil, 0, fmt.Errorf("prompt %q: %s%s: status %d: %s", p.ID, c.base(), path, status, short(b))
+	}
+	out, err := c.rollouts(b, path, r, p)
+	if err != nil {
+		return nil, 0, err
+	}
+	var u struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &u); err != nil {
+		return nil, 0, fmt.Errorf("the server's usage: %w", err)
+	}
+	return out, u.Usage.PromptTokens, nil
+}
+
+// request is the completions (or chat completions) request of a prompt's
+// group under the [rollout] settings.
+func (c *Client) request(r pipeline.RolloutConfig, p *dataset.Prompt) (path string, body map[string]any, err error) {
+	body = map[string]any{"model": c.ModelName, "n": r.Group, "temperature": r.Temperature, "seed": r.Seed}
 	if r.MaxTokens > 0 { // else the server's default: the context left
 		body["max_tokens"] = r.MaxTokens
 	}
@@ -182,7 +215,7 @@ func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prom
 	}
 	if r.TopK > 0 || r.MinP > 0 {
 		if c.Plain {
-			return nil, 0, fmt.Errorf("top_k and min_p are not fields of OpenAI's API: unset them to sample with --endpoint-plain")
+			return "", nil, fmt.Errorf("top_k and min_p are not fields of OpenAI's API: unset them to sample with --endpoint-plain")
 		}
 		if r.TopK > 0 {
 			body["top_k"] = r.TopK
@@ -194,7 +227,7 @@ func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prom
 	if len(r.Stop) > 0 {
 		body["stop"] = r.Stop
 	}
-	path := "/completions"
+	path = "/completions"
 	if len(p.Messages) > 0 || r.Chat {
 		path = "/chat/completions"
 		msgs := p.Messages
@@ -205,9 +238,12 @@ func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prom
 	} else {
 		body["prompt"], body["logprobs"] = p.Prompt, 1
 	}
-	var b []byte
-	var status int
-	var err error
+	return path, body, nil
+}
+
+// post sends the request, again on a transport error, 429 or 5xx (up to
+// Retries times, backing off), and returns the last answer.
+func (c *Client) post(ctx context.Context, path string, body map[string]any) (b []byte, status int, err error) {
 	retries := c.Retries
 	if retries <= 0 {
 		retries = 3
@@ -216,52 +252,38 @@ func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prom
 		b, status, err = c.do(ctx, http.MethodPost, path, body)
 		retry := err != nil || status == http.StatusTooManyRequests || status >= 500
 		if !retry || try == retries || ctx.Err() != nil {
-			break
+			return b, status, err
 		}
 		select {
 		case <-time.After(time.Duration(250<<try) * time.Millisecond):
 		case <-ctx.Done():
 		}
 	}
-	switch {
-	case err != nil:
-		return nil, 0, fmt.Errorf("prompt %q: %w", p.ID, err)
-	case status == http.StatusConflict && c.adapterSHA != "":
-		return nil, 0, fmt.Errorf("prompt %q: %s%s: the worker has another adapter: %s", p.ID, c.base(), path, short(b))
-	case status >= 400 && status < 500 && status != http.StatusTooManyRequests:
-		return nil, 0, requestError{fmt.Sprintf("%s%s: status %d: %s", c.base(), path, status, short(b))}
-	case status != http.StatusOK:
-		return nil, 0, fmt.Errorf("prompt %q: %s%s: status %d: %s", p.ID, c.base(), path, status, short(b))
-	}
+}
+
+// rollouts reads a response into the prompt's group, sample by sample.
+func (c *Client) rollouts(b []byte, path string, r pipeline.RolloutConfig, p *dataset.Prompt) ([]dataset.Rollout, error) {
 	rec, err := dataset.ParseOpenAILine(b)
 	if err != nil {
-		return nil, 0, requestError{fmt.Sprintf("%s%s: %v", c.base(), path, err)}
+		return nil, requestError{fmt.Sprintf("%s%s: %v", c.base(), path, err)}
 	}
 	rec.PromptID, rec.Prompt, rec.Messages, rec.Answer, rec.Verifier = p.ID, p.Prompt, p.Messages, p.Answer, p.Verifier
 	g, err := rec.Rollouts()
 	if err != nil {
-		return nil, 0, requestError{fmt.Sprintf("%s%s: %v", c.base(), path, err)}
+		return nil, requestError{fmt.Sprintf("%s%s: %v", c.base(), path, err)}
 	}
 	if len(g) != r.Group {
-		return nil, 0, requestError{fmt.Sprintf("%s%s: %d choices for n = %d", c.base(), path, len(g), r.Group)}
+		return nil, requestError{fmt.Sprintf("%s%s: %d choices for n = %d", c.base(), path, len(g), r.Group)}
 	}
 	out := make([]dataset.Rollout, r.Group)
 	for _, x := range g {
 		if x.Sample < 0 || x.Sample >= r.Group {
-			return nil, 0, requestError{fmt.Sprintf("%s%s: choice index %d for n = %d", c.base(), path, x.Sample, r.Group)}
+			return nil, requestError{fmt.Sprintf("%s%s: choice index %d for n = %d", c.base(), path, x.Sample, r.Group)}
 		}
 		x.Seed = r.Seed
 		out[x.Sample] = x
 	}
-	var u struct {
-		Usage struct {
-			PromptTokens int `json:"prompt_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(b, &u); err != nil {
-		return nil, 0, fmt.Errorf("the server's usage: %w", err)
-	}
-	return out, u.Usage.PromptTokens, nil
+	return out, nil
 }
 
 // do sends one request and reads the whole answer.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -344,12 +345,11 @@ func (p *Pool) poll(ctx context.Context) {
 // Generate implements pipeline.RolloutSource over the workers.
 func (p *Pool) Generate(ctx context.Context, cfg pipeline.Config, prompts []dataset.Prompt, emit func([]dataset.Rollout) error) (rollout.Stats, error) {
 	start := time.Now()
-	var st rollout.Stats
 	p.mu.Lock()
 	p.init()
 	p.mu.Unlock()
 	if len(p.state) == 0 {
-		return st, errors.New("no rollout workers")
+		return rollout.Stats{}, errors.New("no rollout workers")
 	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
@@ -359,139 +359,162 @@ func (p *Pool) Generate(ctx context.Context, cfg pipeline.Config, prompts []data
 	stopWake := context.AfterFunc(ctx, func() { p.mu.Lock(); p.wake.Broadcast(); p.mu.Unlock() })
 	defer stopWake()
 
-	timeout := p.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Minute
+	r := &poolRun{p: p, ctx: ctx, cancel: cancel, cfg: cfg, prompts: prompts, emit: emit,
+		timeout: cmp.Or(max(p.Timeout, 0), 10*time.Minute), grace: cmp.Or(max(p.Grace, 0), 30*time.Second),
+		pending: make([]int, len(prompts)), tried: make([]map[*worker]bool, len(prompts)), attempts: make([]int, len(prompts))}
+	for i := range r.pending {
+		r.pending[i] = i
 	}
-	grace := p.Grace
-	if grace <= 0 {
-		grace = 30 * time.Second
-	}
-	pending := make([]int, len(prompts))
-	for i := range pending {
-		pending[i] = i
-	}
-	tried := make([]map[*worker]bool, len(prompts))
-	attempts := make([]int, len(prompts))
-	inflight := 0
-	var firstErr error
 	var wg sync.WaitGroup
-	var noneSince time.Time
-
 	p.mu.Lock()
-	for (len(pending) > 0 || inflight > 0) && firstErr == nil && ctx.Err() == nil {
-		if len(pending) == 0 {
+	for (len(r.pending) > 0 || r.inflight > 0) && r.firstErr == nil && ctx.Err() == nil {
+		if len(r.pending) == 0 {
 			p.wake.Wait()
 			continue
 		}
-		i := pending[0]
-		w := p.pick(tried[i])
+		i := r.pending[0]
+		w := p.pick(r.tried[i])
 		if w == nil {
-			anyUsable := false
-			for _, x := range p.state {
-				anyUsable = anyUsable || p.usable(x)
+			if !r.noWorker() {
+				p.wake.Wait()
 			}
-			switch {
-			case anyUsable || inflight > 0:
-				noneSince = time.Time{}
-			case noneSince.IsZero():
-				noneSince = time.Now()
-			case time.Since(noneSince) > grace:
-				var why []string
-				for _, x := range p.state {
-					r := x.refused
-					if r == "" && x.down != nil {
-						r = "down: " + x.down.Error()
-					} else if r == "" {
-						r = fmt.Sprintf("adapter sha256 %q, not the step's", x.sha)
-					}
-					why = append(why, x.c.base()+": "+r)
-				}
-				firstErr = fmt.Errorf("no rollout worker usable for %s (%d groups left): %s", grace, len(pending), strings.Join(why, "; "))
-				continue
-			}
-			p.wake.Wait()
 			continue
 		}
-		noneSince = time.Time{}
-		pending = pending[1:]
-		if tried[i] == nil {
-			tried[i] = map[*worker]bool{}
+		r.noneSince = time.Time{}
+		r.pending = r.pending[1:]
+		if r.tried[i] == nil {
+			r.tried[i] = map[*worker]bool{}
 		}
-		tried[i][w] = true
-		attempts[i]++
+		r.tried[i][w] = true
+		r.attempts[i]++
 		w.inflight++
-		inflight++
-		wg.Go(func() {
-			rctx, rcancel := context.WithTimeout(ctx, timeout)
-			g, promptTokens, err := w.c.group(rctx, cfg, &prompts[i])
-			timedOut := rctx.Err() != nil && ctx.Err() == nil
-			rcancel()
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			defer p.wake.Broadcast()
-			w.inflight--
-			inflight--
-			var re requestError
-			switch {
-			case ctx.Err() != nil:
-			case err == nil:
-				for k := range g {
-					g[k].Worker = w.c.base()
-				}
-				if e := emit(g); e != nil && firstErr == nil {
-					firstErr = e
-					cancel()
-					return
-				}
-				w.groups++
-				p.report.Groups++
-				st.Groups++
-				st.Records += len(g)
-				st.PromptTokens += promptTokens
-				for _, r := range g {
-					st.Tokens += max(len(r.Tokens), len(r.Logprobs))
-				}
-			case errors.As(err, &re) && !timedOut:
-				st.Errors = append(st.Errors, rollout.RecordError{Index: i, ID: prompts[i].ID, Reason: err.Error()})
-			default:
-				if timedOut {
-					err = fmt.Errorf("no answer in %s", timeout)
-				}
-				w.failures++
-				if w.down == nil {
-					w.down = err
-				}
-				if attempts[i] >= 2*len(p.state) {
-					if firstErr == nil {
-						firstErr = fmt.Errorf("prompt %q: failed on every worker, the last time: %w", prompts[i].ID, err)
-						cancel()
-					}
-					return
-				}
-				p.report.Retries++
-				p.logf("%s failed prompt %q (%v): sending it to another worker", w.c.base(), prompts[i].ID, err)
-				pending = append(pending, i)
-			}
-		})
+		r.inflight++
+		wg.Go(func() { r.request(w, i) })
 	}
 	p.mu.Unlock()
-	if firstErr != nil {
+	if r.firstErr != nil {
 		cancel() // the requests in flight
 	}
 	wg.Wait()
 	cancel()
 	<-pollDone
-	st.Elapsed = time.Since(start)
+	r.st.Elapsed = time.Since(start)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if firstErr == nil && parent.Err() != nil {
-		firstErr = parent.Err()
+	if r.firstErr == nil && parent.Err() != nil {
+		r.firstErr = parent.Err()
 	}
-	if firstErr == nil && len(pending) > 0 {
-		firstErr = fmt.Errorf("%d groups not generated", len(pending))
+	if r.firstErr == nil && len(r.pending) > 0 {
+		r.firstErr = fmt.Errorf("%d groups not generated", len(r.pending))
 	}
-	return st, firstErr
+	return r.st, r.firstErr
+}
+
+// poolRun is one Generate call's state; its fields after ctx are guarded
+// by the pool's mutex.
+type poolRun struct {
+	p              *Pool
+	ctx            context.Context
+	cancel         context.CancelFunc
+	cfg            pipeline.Config
+	prompts        []dataset.Prompt
+	emit           func([]dataset.Rollout) error
+	timeout, grace time.Duration
+
+	pending   []int              // prompts not yet sent (or sent again)
+	tried     []map[*worker]bool // the workers each prompt was sent to
+	attempts  []int              // how many times each prompt was sent
+	inflight  int                // requests in flight
+	noneSince time.Time          // since when no worker was usable
+	firstErr  error
+	st        rollout.Stats
+}
+
+// noWorker is called (lock held) when no worker can take the next prompt:
+// it reports whether the run gave up, after the grace period without any
+// usable worker or request in flight.
+func (r *poolRun) noWorker() bool {
+	anyUsable := false
+	for _, x := range r.p.state {
+		anyUsable = anyUsable || r.p.usable(x)
+	}
+	switch {
+	case anyUsable || r.inflight > 0:
+		r.noneSince = time.Time{}
+	case r.noneSince.IsZero():
+		r.noneSince = time.Now()
+	case time.Since(r.noneSince) > r.grace:
+		var why []string
+		for _, x := range r.p.state {
+			reason := x.refused
+			if reason == "" && x.down != nil {
+				reason = "down: " + x.down.Error()
+			} else if reason == "" {
+				reason = fmt.Sprintf("adapter sha256 %q, not the step's", x.sha)
+			}
+			why = append(why, x.c.base()+": "+reason)
+		}
+		r.firstErr = fmt.Errorf("no rollout worker usable for %s (%d groups left): %s", r.grace, len(r.pending), strings.Join(why, "; "))
+		return true
+	}
+	return false
+}
+
+// request sends prompt i's group to worker w and takes its answer: the
+// group emitted, a bad prompt recorded, or the prompt sent elsewhere (the
+// worker marked down) until every worker failed it twice.
+func (r *poolRun) request(w *worker, i int) {
+	p, prompts := r.p, r.prompts
+	rctx, rcancel := context.WithTimeout(r.ctx, r.timeout)
+	g, promptTokens, err := w.c.group(rctx, r.cfg, &prompts[i])
+	timedOut := rctx.Err() != nil && r.ctx.Err() == nil
+	rcancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.wake.Broadcast()
+	w.inflight--
+	r.inflight--
+	var re requestError
+	switch {
+	case r.ctx.Err() != nil:
+	case err == nil:
+		for k := range g {
+			g[k].Worker = w.c.base()
+		}
+		if e := r.emit(g); e != nil && r.firstErr == nil {
+			r.firstErr = e
+			r.cancel()
+			return
+		}
+		w.groups++
+		p.report.Groups++
+		r.st.Groups++
+		r.st.Records += len(g)
+		r.st.PromptTokens += promptTokens
+		for _, x := range g {
+			r.st.Tokens += max(len(x.Tokens), len(x.Logprobs))
+		}
+	case errors.As(err, &re) && !timedOut:
+		r.st.Errors = append(r.st.Errors, rollout.RecordError{Index: i, ID: prompts[i].ID, Reason: err.Error()})
+	default:
+		if timedOut {
+			err = fmt.Errorf("no answer in %s", r.timeout)
+		}
+		w.failures++
+		if w.down == nil {
+			w.down = err
+		}
+		if r.attempts[i] >= 2*len(p.state) {
+			if r.firstErr == nil {
+				r.firstErr = fmt.Errorf("prompt %q: failed on every worker, the last time: %w", prompts[i].ID, err)
+				r.cancel()
+			}
+			return
+		}
+		p.report.Retries++
+		p.logf("%s failed prompt %q (%v): sending it to another worker", w.c.base(), prompts[i].ID, err)
+		r.pending = append(r.pending, i)
+	}
 }
 
 // pick is the usable worker with the shortest queue and a free request

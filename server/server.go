@@ -55,10 +55,17 @@ type Options struct {
 	// MaxAdapterBytes bounds an adapter uploaded with PUT
 	// /v1/adapters/NAME (upload.go); 0 = 1 GiB. More gets 413.
 	MaxAdapterBytes int64
+	// AccessLog, when set, gets one line per request served by Serve
+	// (serve.go); Log gets Serve's notes on shutting down. Nil discards.
+	AccessLog, Log io.Writer
+	// ShutdownTimeout bounds how long Serve lets the requests in flight
+	// finish once its context is done; 0 = 5 minutes.
+	ShutdownTimeout time.Duration
 }
 
-// Server serves one model. Make it with New, serve Handler, and Close it
-// after the HTTP server has shut down.
+// Server serves one model. Make it with New and run it with Serve (which
+// owns the listener and the order of a graceful shutdown); or serve Handler
+// yourself and Close it after the HTTP server has shut down.
 type Server struct {
 	m       *pipeline.Model
 	o       Options

@@ -22,18 +22,50 @@ var lossTypes = map[string]string{
 	"dapo":    TokenMean,
 }
 
-// LossAgg resolves a train.loss_agg value: one of the aggregations, or one
-// of TRL's loss-type names (grpo, bnpo, dr_grpo, dapo) for it.
-func LossAgg(name string) (string, error) {
-	switch name {
-	case TokenMean, SeqMeanTokenMean, SeqMeanTokenSumNorm:
-		return name, nil
+// Aggregation is how a batch's token terms are summed into its loss (the
+// sequence factors z_i of SeqNorms), parsed once from its train.loss_agg
+// name by ParseAggregation.
+type Aggregation int
+
+const (
+	AggTokenMean           Aggregation = iota // TokenMean
+	AggSeqMeanTokenMean                       // SeqMeanTokenMean
+	AggSeqMeanTokenSumNorm                    // SeqMeanTokenSumNorm
+)
+
+var aggNames = [...]string{TokenMean, SeqMeanTokenMean, SeqMeanTokenSumNorm}
+
+// String is the aggregation's train.loss_agg name.
+func (a Aggregation) String() string {
+	if a < 0 || int(a) >= len(aggNames) {
+		return fmt.Sprintf("Aggregation(%d)", int(a))
 	}
+	return aggNames[a]
+}
+
+// ParseAggregation reads a train.loss_agg value: one of the aggregations,
+// or one of TRL's loss-type names (grpo, bnpo, dr_grpo, dapo) for it.
+func ParseAggregation(name string) (Aggregation, error) {
 	if agg, ok := lossTypes[name]; ok {
-		return agg, nil
+		name = agg
 	}
-	return "", fmt.Errorf("unknown loss aggregation %q (want %s, %s or %s, or TRL's loss types grpo, bnpo, dr_grpo, dapo)",
+	for i, n := range aggNames {
+		if n == name {
+			return Aggregation(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown loss aggregation %q (want %s, %s or %s, or TRL's loss types grpo, bnpo, dr_grpo, dapo)",
 		name, TokenMean, SeqMeanTokenMean, SeqMeanTokenSumNorm)
+}
+
+// LossAgg resolves a train.loss_agg value to the aggregation's name
+// (ParseAggregation).
+func LossAgg(name string) (string, error) {
+	a, err := ParseAggregation(name)
+	if err != nil {
+		return "", err
+	}
+	return a.String(), nil
 }
 
 // TokenTerm is one completion token's term of the loss (METHOD.md
@@ -49,21 +81,28 @@ type TokenTerm struct {
 	Grad float64
 }
 
-// TokenLoss computes one token's term from its advantage a, its current
-// log-probability cur, the rollout's old and the reference model's ref:
+// TokenLogProbs are one completion token's log-probabilities: at the
+// current parameters, under the rollout's policy (old) and under the
+// reference model.
+type TokenLogProbs struct {
+	Cur, Old, Ref float64
+}
+
+// TokenLoss computes one token's term from its advantage a and its
+// log-probabilities lp under the objective's settings:
 //
 //	rho = exp(cur - old)
-//	J   = min(rho*a, clip(rho, 1-epsLow, 1+epsHigh)*a)     (PPO; DAPO's clip-higher)
+//	J   = min(rho*a, clip(rho, 1-EpsLow, 1+EpsHigh)*a)     (PPO; DAPO's clip-higher)
 //	KL  = exp(ref - cur) - (ref - cur) - 1                  (k3, Schulman 2020)
-//	l   = -J + beta*KL
+//	l   = -J + Beta*KL
 //
 // dJ/dcur is rho*a where the unclipped side is the minimum and 0 where the
 // clipped side is strictly smaller (the ratio left the band in the
 // direction the advantage pushes); dKL/dcur = 1 - exp(ref - cur).
-func TokenLoss(a, cur, old, ref, epsLow, epsHigh, beta float64) TokenTerm {
-	rho := math.Exp(cur - old)
+func (o Objective) TokenLoss(a float64, lp TokenLogProbs) TokenTerm {
+	rho := math.Exp(lp.Cur - lp.Old)
 	unclipped := rho * a
-	clipped := min(max(rho, 1-epsLow), 1+epsHigh) * a
+	clipped := min(max(rho, 1-o.EpsLow), 1+o.EpsHigh) * a
 	t := TokenTerm{Ratio: rho}
 	var dJ float64
 	if clipped < unclipped {
@@ -74,11 +113,11 @@ func TokenLoss(a, cur, old, ref, epsLow, epsHigh, beta float64) TokenTerm {
 		dJ = unclipped
 	}
 	t.Grad = -dJ
-	if beta != 0 {
-		d := ref - cur
+	if o.Beta != 0 {
+		d := lp.Ref - lp.Cur
 		t.KL = math.Exp(d) - d - 1
-		t.Loss += beta * t.KL
-		t.Grad += beta * (1 - math.Exp(d))
+		t.Loss += o.Beta * t.KL
+		t.Grad += o.Beta * (1 - math.Exp(d))
 	}
 	return t
 }
@@ -89,10 +128,15 @@ func TokenLoss(a, cur, old, ref, epsLow, epsHigh, beta float64) TokenTerm {
 // denominators too: it counts neither in the tokens of token_mean nor in
 // the G of the other two.
 func SeqNorms(agg string, lens []int, masked []bool, maxTokens int) ([]float64, error) {
-	agg, err := LossAgg(agg)
+	a, err := ParseAggregation(agg)
 	if err != nil {
 		return nil, err
 	}
+	return a.Norms(lens, masked, maxTokens)
+}
+
+// Norms is SeqNorms for a parsed aggregation.
+func (a Aggregation) Norms(lens []int, masked []bool, maxTokens int) ([]float64, error) {
 	z := make([]float64, len(lens))
 	g, tokens := 0, 0
 	for i, n := range lens {
@@ -104,19 +148,19 @@ func SeqNorms(agg string, lens []int, masked []bool, maxTokens int) ([]float64, 
 	if g == 0 {
 		return z, nil
 	}
-	if agg == SeqMeanTokenSumNorm && maxTokens <= 0 {
+	if a == AggSeqMeanTokenSumNorm && maxTokens <= 0 {
 		return nil, fmt.Errorf("loss aggregation %s needs the rollout's max tokens", SeqMeanTokenSumNorm)
 	}
 	for i, n := range lens {
 		if masked != nil && masked[i] || n == 0 {
 			continue
 		}
-		switch agg {
-		case TokenMean:
+		switch a {
+		case AggTokenMean:
 			z[i] = 1 / float64(tokens)
-		case SeqMeanTokenMean:
+		case AggSeqMeanTokenMean:
 			z[i] = 1 / (float64(n) * float64(g))
-		case SeqMeanTokenSumNorm:
+		case AggSeqMeanTokenSumNorm:
 			z[i] = 1 / (float64(g) * float64(maxTokens))
 		}
 	}
@@ -177,7 +221,7 @@ func (o Objective) Loss(adv []float64, cur, old, ref [][]float32, z []float64, m
 			if o.Beta != 0 {
 				r = float64(ref[i][t])
 			}
-			term := TokenLoss(adv[i], float64(c), o_, r, o.EpsLow, o.EpsHigh, o.Beta)
+			term := o.TokenLoss(adv[i], TokenLogProbs{Cur: float64(c), Old: o_, Ref: r})
 			b.Loss += z[i] * term.Loss
 			w[t] = float32(-z[i] * term.Grad)
 			b.Tokens++

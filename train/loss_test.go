@@ -2,6 +2,7 @@ package train
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -10,15 +11,15 @@ func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
 // TestTokenLossWorkedExample5 is METHOD.md's worked example 5: one token,
 // old -1.0, new -0.5, eps_low 0.2, eps_high 0.28, ref -1.2, beta 0.04.
 func TestTokenLossWorkedExample5(t *testing.T) {
-	pos := TokenLoss(+1, -0.5, -1.0, 0, 0.2, 0.28, 0)
+	pos := Objective{EpsLow: 0.2, EpsHigh: 0.28, Beta: 0}.TokenLoss(+1, TokenLogProbs{Cur: -0.5, Old: -1.0, Ref: 0})
 	if !near(pos.Ratio, 1.648721, 1e-5) || !near(-pos.Loss, 1.28, 1e-5) || !pos.Clipped || pos.Grad != 0 {
 		t.Errorf("A = +1: rho %.6f, J %.6f, clipped %v, grad %g; want rho 1.648721, J 1.28, clipped, no gradient", pos.Ratio, -pos.Loss, pos.Clipped, pos.Grad)
 	}
-	neg := TokenLoss(-1, -0.5, -1.0, 0, 0.2, 0.28, 0)
+	neg := Objective{EpsLow: 0.2, EpsHigh: 0.28, Beta: 0}.TokenLoss(-1, TokenLogProbs{Cur: -0.5, Old: -1.0, Ref: 0})
 	if !near(-neg.Loss, -1.648721, 1e-5) || neg.Clipped {
 		t.Errorf("A = -1: J %.6f, clipped %v; want J -1.648721, not clipped", -neg.Loss, neg.Clipped)
 	}
-	kl := TokenLoss(-1, -0.5, -1.0, -1.2, 0.2, 0.28, 0.04)
+	kl := Objective{EpsLow: 0.2, EpsHigh: 0.28, Beta: 0.04}.TokenLoss(-1, TokenLogProbs{Cur: -0.5, Old: -1.0, Ref: -1.2})
 	if !near(kl.KL, 0.196585, 1e-5) || !near(kl.Loss, 1.656585, 1e-5) {
 		t.Errorf("A = -1, beta 0.04: KL %.6f, loss %.6f; want 0.196585 and 1.656585", kl.KL, kl.Loss)
 	}
@@ -34,9 +35,11 @@ func TestTokenLossGradient(t *testing.T) {
 		for _, cur := range []float64{-3, -1.6, -1.05, -1, -0.9, -0.5, -0.01} {
 			for _, beta := range []float64{0, 0.04, 0.5} {
 				old, ref := -1.0, -1.3
-				f := func(x float64) float64 { return TokenLoss(a, x, old, ref, 0.2, 0.28, beta).Loss }
+				f := func(x float64) float64 {
+					return Objective{EpsLow: 0.2, EpsHigh: 0.28, Beta: beta}.TokenLoss(a, TokenLogProbs{Cur: x, Old: old, Ref: ref}).Loss
+				}
 				fd := (f(cur+h) - f(cur-h)) / (2 * h)
-				got := TokenLoss(a, cur, old, ref, 0.2, 0.28, beta).Grad
+				got := Objective{EpsLow: 0.2, EpsHigh: 0.28, Beta: beta}.TokenLoss(a, TokenLogProbs{Cur: cur, Old: old, Ref: ref}).Grad
 				if !near(fd, got, 1e-6*max(1, math.Abs(fd))) {
 					t.Errorf("a %g, cur %g, beta %g: Grad %.9g, finite difference %.9g", a, cur, beta, got, fd)
 				}
@@ -44,7 +47,7 @@ func TestTokenLossGradient(t *testing.T) {
 		}
 	}
 	// At rho = 1 without KL the gradient is the plain policy gradient -A.
-	if g := TokenLoss(0.7, -2, -2, 0, 0.2, 0.2, 0).Grad; !near(g, -0.7, 1e-12) {
+	if g := (Objective{EpsLow: 0.2, EpsHigh: 0.2, Beta: 0}).TokenLoss(0.7, TokenLogProbs{Cur: -2, Old: -2, Ref: 0}).Grad; !near(g, -0.7, 1e-12) {
 		t.Errorf("on-policy gradient %g, want -0.7", g)
 	}
 }
@@ -185,5 +188,28 @@ func TestScheduledLR(t *testing.T) {
 	}
 	if _, err := ScheduledLR("step", 1, 1, 0, 10); err == nil {
 		t.Error("unknown schedule accepted")
+	}
+}
+
+// TestParseAggregation: every name and TRL loss type reads as its
+// aggregation, String gives the name back, and an unknown name is refused
+// with the known ones.
+func TestParseAggregation(t *testing.T) {
+	for name, want := range map[string]Aggregation{
+		TokenMean: AggTokenMean, SeqMeanTokenMean: AggSeqMeanTokenMean, SeqMeanTokenSumNorm: AggSeqMeanTokenSumNorm,
+		"grpo": AggSeqMeanTokenMean, "bnpo": AggTokenMean, "dr_grpo": AggSeqMeanTokenSumNorm, "dapo": AggTokenMean,
+	} {
+		got, err := ParseAggregation(name)
+		if err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", name, got, err, want)
+		}
+	}
+	for _, a := range []Aggregation{AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm} {
+		if back, err := ParseAggregation(a.String()); err != nil || back != a {
+			t.Errorf("%v does not read back: %v, %v", a, back, err)
+		}
+	}
+	if _, err := ParseAggregation("tokenmean"); err == nil || !strings.Contains(err.Error(), TokenMean) {
+		t.Errorf("unknown name: %v", err)
 	}
 }

@@ -93,6 +93,49 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 	}
 	defer os.RemoveAll(dir)
 
+	tag := fmt.Sprintf("%s=%d-%d", checkerTag, os.Getpid(), checkerSeq.Add(1))
+	cmd, outR, errR, err := v.start(dir, completion, reference, tag)
+	if err != nil {
+		return noAnswer(""), err
+	}
+	var stdout, stderr capped
+	var readers sync.WaitGroup
+	readers.Add(2)
+	// A read error ends the capture: the pipe closed under a killed
+	// process, whose result the caller gets from Wait.
+	go func() { defer readers.Done(); io.Copy(&stdout, outR) }() //nolint:errcheck // see above
+	go func() { defer readers.Done(); io.Copy(&stderr, errR) }() //nolint:errcheck // see above
+
+	pgid := cmd.Process.Pid
+	overMemory, err := v.wait(ctx, cmd, tag)
+	// Background descendants of a checker that exited are not left behind.
+	killTree(pgid, tag)
+	done := make(chan struct{})
+	go func() { readers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		// A descendant beyond our reach still holds the pipes: the verdict
+		// is made from what was read.
+	}
+	outR.Close()
+	errR.Close()
+
+	if ctx.Err() != nil {
+		return noAnswer(""), ctx.Err() // guarded turns its own deadline into a verdict
+	}
+	if overMemory {
+		res := noAnswer(fmt.Sprintf("memory limit: the checker's processes held more than %d MiB", v.opts.MemoryMB))
+		return res, nil
+	}
+	return v.verdict(err, stdout.String(), stderr.String())
+}
+
+// start starts the checker under the limit-setting supervisor in dir, with
+// the completion on stdin and the reference in its environment; it returns
+// our own pipes of its stdout and stderr (exec.Cmd would wait for its pipes
+// to close, which a background descendant can put off for ever).
+func (v *commandVerifier) start(dir, completion, reference, tag string) (cmd *exec.Cmd, outR, errR *os.File, err error) {
 	mem, cpu := "", ""
 	if v.opts.MemoryMB > 0 {
 		mem = strconv.Itoa(v.opts.MemoryMB * 1024)
@@ -100,26 +143,22 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 	if v.opts.CPUSeconds > 0 {
 		cpu = strconv.Itoa(v.opts.CPUSeconds)
 	}
-	tag := fmt.Sprintf("%s=%d-%d", checkerTag, os.Getpid(), checkerSeq.Add(1))
 	args := append([]string{"/bin/sh", "-c", limitWrapper, "confclip-limit", mem, cpu}, v.opts.Command...)
-	cmd, err := supervisorCommand(args)
-	if err != nil {
-		return noAnswer(""), fmt.Errorf("command: %w", err)
+	if cmd, err = supervisorCommand(args); err != nil {
+		return nil, nil, nil, fmt.Errorf("command: %w", err)
 	}
 	cmd.Dir = dir
 	cmd.Env = append(cmd.Env, checkerEnv(dir, "CONFCLIP_REFERENCE="+reference, tag)...)
 	cmd.Stdin = strings.NewReader(completion)
-	// Our own pipes: exec.Cmd would wait for them to close, which a
-	// background descendant can put off for ever.
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return noAnswer(""), fmt.Errorf("command: %w", err)
+		return nil, nil, nil, fmt.Errorf("command: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return noAnswer(""), fmt.Errorf("command: %w", err)
+		return nil, nil, nil, fmt.Errorf("command: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
 	// The supervisor leads its own process group (and puts the checker in
@@ -134,16 +173,14 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return noAnswer(""), fmt.Errorf("command %q: %w", v.opts.Command[0], err)
+		return nil, nil, nil, fmt.Errorf("command %q: %w", v.opts.Command[0], err)
 	}
-	var stdout, stderr capped
-	var readers sync.WaitGroup
-	readers.Add(2)
-	// A read error ends the capture: the pipe closed under a killed
-	// process, whose result the caller gets from Wait.
-	go func() { defer readers.Done(); io.Copy(&stdout, outR) }() //nolint:errcheck // see above
-	go func() { defer readers.Done(); io.Copy(&stderr, errR) }() //nolint:errcheck // see above
+	return cmd, outR, errR, nil
+}
 
+// wait waits for the checker to exit, stopping its tree when ctx ends or
+// when the tree holds more memory than the limit (overMemory).
+func (v *commandVerifier) wait(ctx context.Context, cmd *exec.Cmd, tag string) (overMemory bool, err error) {
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -167,43 +204,24 @@ func (v *commandVerifier) check(ctx context.Context, completion, reference strin
 		defer t.Stop()
 		memTick = t.C
 	}
-	overMemory := false
-wait:
 	for {
 		select {
-		case err = <-waited:
-			break wait
+		case err := <-waited:
+			return false, err
 		case <-ctx.Done():
-			err = stop()
-			break wait
+			return false, stop()
 		case <-memTick:
 			if treeRSS(tag) > int64(v.opts.MemoryMB)<<20 {
-				overMemory = true
-				err = stop()
-				break wait
+				return true, stop()
 			}
 		}
 	}
-	// Background descendants of a checker that exited are not left behind.
-	killTree(pgid, tag)
-	done := make(chan struct{})
-	go func() { readers.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		// A descendant beyond our reach still holds the pipes: the verdict
-		// is made from what was read.
-	}
-	outR.Close()
-	errR.Close()
+}
 
-	if ctx.Err() != nil {
-		return noAnswer(""), ctx.Err() // guarded turns its own deadline into a verdict
-	}
-	if overMemory {
-		res := noAnswer(fmt.Sprintf("memory limit: the checker's processes held more than %d MiB", v.opts.MemoryMB))
-		return res, nil
-	}
+// verdict reads the checker's outcome: the score its last line printed, 1
+// for exit 0, else 0 with its failure; an error only when the checker
+// could not run as one.
+func (v *commandVerifier) verdict(err error, stdout, stderr string) (Result, error) {
 	if errors.Is(err, exec.ErrWaitDelay) {
 		err = nil // the checker exited 0; its stdin was still held open
 	}
@@ -211,19 +229,18 @@ wait:
 	if err != nil && !errors.As(err, &exitErr) {
 		return noAnswer(""), fmt.Errorf("command %q: %w", v.opts.Command[0], err)
 	}
-	if exitErr != nil && exitErr.ExitCode() == 125 && strings.Contains(stderr.String(), "ulimit") {
-		return noAnswer(""), fmt.Errorf("command: setting resource limits: %s", strings.TrimSpace(stderr.String()))
+	if exitErr != nil && exitErr.ExitCode() == 125 && strings.Contains(stderr, "ulimit") {
+		return noAnswer(""), fmt.Errorf("command: setting resource limits: %s", strings.TrimSpace(stderr))
 	}
-
 	res := noAnswer("")
-	if s, ok := lastLineScore(stdout.String()); ok {
+	if s, ok := lastLineScore(stdout); ok {
 		res.Score = s
 		res.Reason = fmt.Sprintf("checker printed %v", s)
 	} else if err == nil {
 		res.Score, res.Reason = 1, "checker exited 0"
 	} else {
 		res.Reason = "checker failed: " + exitErr.String()
-		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+		if msg := strings.TrimSpace(stderr); msg != "" {
 			res.Reason += ": " + clip(lastLine(msg), 200)
 		}
 	}

@@ -235,9 +235,11 @@ func expandPlusMinus(s string) ([]string, bool) {
 	return out, true
 }
 
-// splitTop splits s at occurrences of sep outside brackets. A command
-// separator (\cup) must not be the prefix of a longer command.
-func splitTop(s, sep string) []string {
+// splitOutside is the one bracket-depth splitter: it cuts s at the
+// separators found outside brackets, where sepLen reports the length of a
+// separator starting at s[i] (0 for none; it is asked only at depth 0). It
+// returns nil when no separator was found.
+func splitOutside(s string, sepLen func(i int) int) []string {
 	var parts []string
 	depth, last := 0, 0
 	for i := 0; i < len(s); i++ {
@@ -249,22 +251,40 @@ func splitTop(s, sep string) []string {
 			depth--
 			continue
 		}
-		if depth == 0 && strings.HasPrefix(s[i:], sep) {
-			if sep[0] == '\\' && i+len(sep) < len(s) && isLetter(s[i+len(sep)]) {
-				continue
-			}
-			if sep == "=" && i > 0 && strings.IndexByte("<>!", s[i-1]) >= 0 {
-				continue
-			}
+		if depth != 0 {
+			continue
+		}
+		if n := sepLen(i); n > 0 {
 			parts = append(parts, s[last:i])
-			last = i + len(sep)
+			last = i + n
 			i = last - 1
 		}
 	}
 	if parts == nil {
-		return []string{s}
+		return nil
 	}
 	return append(parts, s[last:])
+}
+
+// splitTop splits s at occurrences of sep outside brackets. A command
+// separator (\cup) must not be the prefix of a longer command.
+func splitTop(s, sep string) []string {
+	parts := splitOutside(s, func(i int) int {
+		if !strings.HasPrefix(s[i:], sep) {
+			return 0
+		}
+		if sep[0] == '\\' && i+len(sep) < len(s) && isLetter(s[i+len(sep)]) {
+			return 0
+		}
+		if sep == "=" && i > 0 && strings.IndexByte("<>!", s[i-1]) >= 0 {
+			return 0
+		}
+		return len(sep)
+	})
+	if parts == nil {
+		return []string{s}
+	}
+	return parts
 }
 
 // enclosed reports whether the bracket opened by the first n bytes of s

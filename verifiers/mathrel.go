@@ -24,23 +24,13 @@ var relOps = []struct{ text, op string }{
 // splitRelation splits s at comparison operators outside brackets; ops is
 // nil when there is none. eq reports an "=" outside brackets.
 func splitRelation(s string) (parts, ops []string, eq bool) {
-	depth, last := 0, 0
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '(', '[', '{':
-			depth++
-			continue
-		case ')', ']', '}':
-			depth--
-			continue
-		case '=':
-			if depth == 0 {
-				eq = true
-			}
-			continue
+	parts = splitOutside(s, func(i int) int {
+		if s[i] == '=' {
+			eq = true
+			return 0
 		}
-		if depth != 0 || (s[i] != '<' && s[i] != '>' && s[i] != '\\') {
-			continue
+		if s[i] != '<' && s[i] != '>' && s[i] != '\\' {
+			return 0
 		}
 		for _, r := range relOps {
 			if !strings.HasPrefix(s[i:], r.text) {
@@ -50,17 +40,15 @@ func splitRelation(s string) (parts, ops []string, eq bool) {
 			if r.text[0] == '\\' && e < len(s) && isLetter(s[e]) { // \left, \neg
 				continue
 			}
-			parts = append(parts, s[last:i])
 			ops = append(ops, r.op)
-			last = e
-			i = e - 1
-			break
+			return len(r.text)
 		}
-	}
+		return 0
+	})
 	if ops == nil {
 		return nil, nil, eq
 	}
-	return append(parts, s[last:]), ops, eq
+	return parts, ops, eq
 }
 
 // parseInequality reads an inequality or a chain of them; ok is false when

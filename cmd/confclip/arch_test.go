@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/tools"
 )
 
 // TestEveryArchEndToEnd: for every architecture gen-model writes, the
@@ -20,7 +20,7 @@ func TestEveryArchEndToEnd(t *testing.T) {
 {"id":"p2","prompt":"12+7=","answer":"x"}
 {"id":"p3","prompt":"What is 3*4?","answer":"x"}
 `
-	for _, arch := range pipeline.ModelArchs() {
+	for _, arch := range tools.ModelArchs() {
 		t.Run(arch, func(t *testing.T) {
 			dir := t.TempDir()
 			p := func(name string) string { return filepath.Join(dir, name) }

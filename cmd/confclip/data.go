@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -25,9 +26,9 @@ func exportFormat(s string) (format, layout string, err error) {
 	for _, part := range strings.Split(s, ",") {
 		switch part = strings.TrimSpace(part); part {
 		case "":
-		case pipeline.FormatJSONL, pipeline.FormatParquet:
+		case dataset.FormatJSONL, dataset.FormatParquet:
 			format = part
-		case pipeline.LayoutConfclip, pipeline.LayoutTRL, pipeline.LayoutVerl:
+		case dataset.LayoutConfclip, dataset.LayoutTRL, dataset.LayoutVerl:
 			layout = part
 		default:
 			return "", "", fmt.Errorf("--format %q: want jsonl or parquet, and/or confclip, trl or verl (e.g. verl,parquet)", s)

@@ -11,7 +11,8 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/llama"
-	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/reporting"
+	"github.com/confclip/confclip/tools"
 	"github.com/confclip/confclip/train"
 	"github.com/urfave/cli/v3"
 )
@@ -231,7 +232,7 @@ func shellWords(s string) ([]string, error) {
 func writeDocFixtures(t *testing.T, dir string) {
 	t.Helper()
 	for _, name := range []string{"M.gguf", "model.gguf"} {
-		if err := pipeline.GenModel(pipeline.GenModelOptions{Out: name}); err != nil {
+		if err := tools.GenModel(tools.GenModelOptions{Out: name}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -370,7 +371,7 @@ func TestDocumentedClaims(t *testing.T) {
 		return string(b)
 	}
 	quick, makefile := read("../../docs/quickstart.md"), read("../../Makefile")
-	header, _, _ := strings.Cut(pipeline.ExperimentTable(nil, 1), "\n")
+	header, _, _ := strings.Cut(reporting.ExperimentTable(nil, 1), "\n")
 	if !strings.Contains(quick, "    "+header+"\n") {
 		t.Errorf("docs/quickstart.md does not show the table experiment prints:\n%s", header)
 	}

@@ -8,7 +8,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/reporting"
 )
 
 func init() {
@@ -38,17 +40,11 @@ func evalCmd(ctx context.Context, c *cli.Command) error {
 	if c.IsSet("fail-under") && !(failUnder >= 0 && failUnder <= 1) {
 		return cli.Exit(fmt.Sprintf("eval: --fail-under %g: want a fraction in 0..1 (0.8 for 80%%)", failUnder), 2)
 	}
-	cfg, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
-	m, err := pipeline.OpenModel(cfg.Model)
+	cfg, m, err := openModel(c)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	shard, err := shardOf(c)
 	if err != nil {
 		return err
@@ -60,7 +56,7 @@ func evalCmd(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	if p := c.String("junit"); p != "" {
-		if err := pipeline.WriteFileAtomic(p, func(w io.Writer) error { return pipeline.WriteJUnit(w, res) }); err != nil {
+		if err := atomicfile.Write(p, func(w io.Writer) error { return reporting.WriteJUnit(w, res) }); err != nil {
 			return err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/tools"
 )
 
 // asMainEnv makes the test binary run main() instead of the tests, so that
@@ -93,7 +93,7 @@ func TestExitStatuses(t *testing.T) {
 	}
 
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "train.jsonl")

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -35,32 +35,27 @@ func exportCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	configJSON, err := json.Marshal(cfg)
+	eo, err := pipeline.NewExportOptions(cfg, c.String("data"), c.String("out"))
 	if err != nil {
 		return err
 	}
-	format, layout, err := exportFormat(c.String("format"))
-	if err != nil {
+	if eo.Format, eo.Layout, err = exportFormat(c.String("format")); err != nil {
 		return err
 	}
-	sum, err := pipeline.Export(pipeline.ExportOptions{
-		In: c.String("data"), Out: c.String("out"), Format: format, Layout: layout,
-		Model: cfg.Model.Path, Adapter: cfg.Model.Adapter, ConfigJSON: configJSON,
-		SkipZeroStd: cfg.Advantage.SkipZeroStd, MaskTruncated: cfg.Advantage.MaskTruncated,
-	})
+	sum, err := pipeline.Export(eo)
 	if err != nil {
 		return err
 	}
 	w := c.Root().Writer
 	fmt.Fprintf(w, "wrote %s (%s) from %s to %s (%s)\n",
-		count(sum.Examples, "example"), count(sum.Tokens, "completion token"), count(sum.Records, "record"), sum.Out, sum.Format+", "+sum.Layout+" columns")
+		english.Count(sum.Examples, "example"), english.Count(sum.Tokens, "completion token"), english.Count(sum.Records, "record"), sum.Out, sum.Format+", "+sum.Layout+" columns")
 	fmt.Fprintf(w, "groups: %d, with zero reward std: %d", sum.Groups, sum.ZeroStdGroups)
 	if cfg.Advantage.SkipZeroStd {
-		fmt.Fprintf(w, " (dropped, %s)", count(sum.Dropped, "record"))
+		fmt.Fprintf(w, " (dropped, %s)", english.Count(sum.Dropped, "record"))
 	}
 	fmt.Fprintln(w)
 	if sum.FromModelLogprobs > 0 {
-		fmt.Fprintf(w, "old_logprobs: model log-probs for %s without sampling log-probs\n", count(sum.FromModelLogprobs, "teacher-forced record"))
+		fmt.Fprintf(w, "old_logprobs: model log-probs for %s without sampling log-probs\n", english.Count(sum.FromModelLogprobs, "teacher-forced record"))
 	}
 	orNone := func(s string) string {
 		if s == "" {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"time"
 
@@ -20,20 +21,36 @@ var defaults = pipeline.DefaultConfig()
 // what it sets.
 var setters = map[cli.Flag]func(c *cli.Command, cfg *pipeline.Config){}
 
+// configKeyRE finds the key a config flag's usage names: "([rollout] group)".
+var configKeyRE = regexp.MustCompile(`\[(\w+)\] (\w+)\)`)
+
+// withAccepts adds to a config flag's usage what pipeline.Config.Validate
+// accepts for its key (the table docs/config.md lists too).
+func withAccepts(usage string) string {
+	m := configKeyRE.FindStringSubmatch(usage)
+	if m == nil {
+		return usage
+	}
+	if a := pipeline.Accepts(m[1] + "." + m[2]); a != "" {
+		return usage + "; accepts " + a
+	}
+	return usage
+}
+
 func stringOpt(name string, aliases []string, usage string, field func(*pipeline.Config) *string) cli.Flag {
-	f := &cli.StringFlag{Name: name, Aliases: aliases, Value: *field(&defaults), Usage: usage}
+	f := &cli.StringFlag{Name: name, Aliases: aliases, Value: *field(&defaults), Usage: withAccepts(usage)}
 	setters[f] = func(c *cli.Command, cfg *pipeline.Config) { *field(cfg) = c.String(name) }
 	return f
 }
 
 func intOpt(name string, aliases []string, usage string, field func(*pipeline.Config) *int) cli.Flag {
-	f := &cli.IntFlag{Name: name, Aliases: aliases, Value: *field(&defaults), Usage: usage}
+	f := &cli.IntFlag{Name: name, Aliases: aliases, Value: *field(&defaults), Usage: withAccepts(usage)}
 	setters[f] = func(c *cli.Command, cfg *pipeline.Config) { *field(cfg) = c.Int(name) }
 	return f
 }
 
 func floatOpt(name string, aliases []string, usage string, field func(*pipeline.Config) *float64) cli.Flag {
-	f := &cli.FloatFlag{Name: name, Aliases: aliases, Value: *field(&defaults), Usage: usage}
+	f := &cli.FloatFlag{Name: name, Aliases: aliases, Value: *field(&defaults), Usage: withAccepts(usage)}
 	setters[f] = func(c *cli.Command, cfg *pipeline.Config) { *field(cfg) = c.Float(name) }
 	return f
 }
@@ -148,6 +165,18 @@ func join(lists ...[]cli.Flag) []cli.Flag {
 // of the command that was given on the command line.
 func loadConfig(c *cli.Command) (pipeline.Config, error) {
 	return loadConfigFile(c, c.String("config"))
+}
+
+// openModel is the preamble of the commands that need the model: the
+// configuration (loadConfig) and the model it names, open; the caller
+// closes it.
+func openModel(c *cli.Command) (pipeline.Config, *pipeline.Model, error) {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return cfg, nil, err
+	}
+	m, err := pipeline.OpenModel(cfg.Model)
+	return cfg, m, err
 }
 
 func loadConfigFile(c *cli.Command, path string) (pipeline.Config, error) {

@@ -11,7 +11,9 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/dataset/parquetio"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/tools"
 )
 
 // Each prompt shape of docs/formats.md, written by hand as a user has it,
@@ -20,7 +22,7 @@ import (
 func TestPromptShapesEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	write := func(name, text string) string {
@@ -100,7 +102,7 @@ func TestPromptShapesEndToEnd(t *testing.T) {
 				}
 				var rows []map[string]any
 				if strings.HasSuffix(layout, "parquet") {
-					rows, err = dataset.ReadParquetRows(out)
+					rows, err = parquetio.ReadRows(out)
 				} else {
 					rows, _, _, err = dataset.ReadFile[map[string]any](out, false)
 				}
@@ -138,7 +140,7 @@ func mapArg(extra []string) []string {
 func TestOpenAICompletionsEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	prompts := filepath.Join(dir, "gsm8k.jsonl")
@@ -193,7 +195,7 @@ func TestOpenAICompletionsEndToEnd(t *testing.T) {
 func TestAdapterCommands(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "p.jsonl")

@@ -8,7 +8,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/tools"
 )
 
 func init() {
@@ -19,12 +21,12 @@ func init() {
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `FILE`.gguf"},
 				&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny (about 100K parameters) or bench (about 100M, llama only)"},
-				&cli.StringFlag{Name: "arch", Value: "llama", Usage: "architecture: " + strings.Join(pipeline.ModelArchs(), ", ")},
+				&cli.StringFlag{Name: "arch", Value: "llama", Usage: "architecture: " + strings.Join(tools.ModelArchs(), ", ")},
 				&cli.Uint64Flag{Name: "seed", Aliases: []string{"s"}, Value: 1, Usage: "weight RNG seed"},
-				&cli.StringFlag{Name: "quantize", Usage: "quantize with llama.cpp's quantizer: " + strings.Join(pipeline.QuantTypes(), ", ")},
+				&cli.StringFlag{Name: "quantize", Usage: "quantize with llama.cpp's quantizer: " + strings.Join(tools.QuantTypes(), ", ")},
 			},
 			Action: func(ctx context.Context, c *cli.Command) error {
-				err := pipeline.GenModel(pipeline.GenModelOptions{Out: c.String("out"), Size: c.String("size"), Arch: c.String("arch"), Seed: c.Uint64("seed"), Quantize: c.String("quantize")})
+				err := tools.GenModel(tools.GenModelOptions{Out: c.String("out"), Size: c.String("size"), Arch: c.String("arch"), Seed: c.Uint64("seed"), Quantize: c.String("quantize")})
 				if err != nil {
 					return err
 				}
@@ -45,13 +47,13 @@ func init() {
 				&cli.IntFlag{Name: "n", Value: 2000, Usage: "problems in all"},
 				&cli.IntFlag{Name: "held-out", Value: 200, Usage: "problems kept for eval.jsonl"},
 				&cli.Uint64Flag{Name: "seed", Aliases: []string{"s"}, Value: 1, Usage: "generator seed"},
-				&cli.IntFlag{Name: "max-operand", Value: pipeline.DefaultMaxOperand, Usage: "largest operand of add and sub, largest factor of mul"},
-				&cli.IntFlag{Name: "max-word-operand", Value: pipeline.DefaultMaxWordOperand, Usage: "largest number in word problems"},
+				&cli.IntFlag{Name: "max-operand", Value: tools.DefaultMaxOperand, Usage: "largest operand of add and sub, largest factor of mul"},
+				&cli.IntFlag{Name: "max-word-operand", Value: tools.DefaultMaxWordOperand, Usage: "largest number in word problems"},
 				&cli.IntFlag{Name: "rl", Usage: "problems kept out of the corpus for RL: train.jsonl gets these only, corpus.txt the rest (0: train.jsonl is the corpus' problems)"},
 				&cli.StringFlag{Name: "ops", Value: "add,sub,mul,word", Usage: "kinds of problem, comma-separated"},
 			},
 			Action: func(ctx context.Context, c *cli.Command) error {
-				res, err := pipeline.GenTask(pipeline.GenTaskOptions{
+				res, err := tools.GenTask(tools.GenTaskOptions{
 					Dir: c.String("out-dir"), N: c.Int("n"), HeldOut: c.Int("held-out"), RL: c.Int("rl"), Seed: c.Uint64("seed"),
 					MaxOperand: c.Int("max-operand"), MaxWordOperand: c.Int("max-word-operand"), Ops: c.String("ops"),
 				})
@@ -59,9 +61,9 @@ func init() {
 					return cli.Exit("gen-task: "+err.Error(), 2)
 				}
 				if res.N < c.Int("n") {
-					fmt.Fprintf(os.Stderr, "gen-task: only %s within these bounds (asked for %d)\n", count(res.N, "distinct problem"), c.Int("n"))
+					fmt.Fprintf(os.Stderr, "gen-task: only %s within these bounds (asked for %d)\n", english.Count(res.N, "distinct problem"), c.Int("n"))
 				}
-				fmt.Fprintf(c.Root().Writer, "%s\t%s\n%s\t%s\n%s\t%s\n", res.Train, count(res.TrainN, "prompt"), res.Eval, count(res.EvalN, "prompt"), res.Corpus, count(res.CorpusN, "text"))
+				fmt.Fprintf(c.Root().Writer, "%s\t%s\n%s\t%s\n%s\t%s\n", res.Train, english.Count(res.TrainN, "prompt"), res.Eval, english.Count(res.EvalN, "prompt"), res.Corpus, english.Count(res.CorpusN, "text"))
 				return nil
 			},
 		}
@@ -88,15 +90,15 @@ func init() {
 }
 
 func pretrainCmd(ctx context.Context, c *cli.Command) error {
-	corpus, err := pipeline.ReadCorpus(c.String("corpus"))
+	corpus, err := tools.ReadCorpus(c.String("corpus"))
 	if err != nil {
 		return err
 	}
 	steps := c.Int("steps")
 	r := newRenderer(os.Stderr)
 	every := 0
-	err = pipeline.Pretrain(ctx, pipeline.PretrainOptions{
-		Out: c.String("out"), Spec: pipeline.PretrainSpec(c.Int("embd"), c.Int("layers"), c.Int("heads"), c.Uint64("seed")),
+	err = tools.Pretrain(ctx, tools.PretrainOptions{
+		Out: c.String("out"), Spec: tools.PretrainSpec(c.Int("embd"), c.Int("layers"), c.Int("heads"), c.Uint64("seed")),
 		Corpus: corpus, Steps: steps, BatchSeqs: c.Int("batch"), LR: c.Float("lr"), Seed: c.Uint64("seed"), Threads: c.Int("threads"),
 		Progress: pipeline.TrainEvents(steps, func(e pipeline.Event) {
 			// A line every 50 steps: pre-training takes thousands.

@@ -12,6 +12,7 @@ import (
 	"github.com/confclip/confclip"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/tools"
 )
 
 // Version is the program's version (set with -ldflags -X at release time).
@@ -33,7 +34,7 @@ func init() {
 					fmt.Fprintf(c.Root().Writer, "confclip %s\n\n%s\n%s", Version, confclip.License, confclip.ThirdPartyNotices)
 					return nil
 				}
-				b := pipeline.Build()
+				b := tools.Build()
 				w := c.Root().Writer
 				fmt.Fprintf(w, "confclip %s (%s, %s)\n", Version, b.Platform, b.GoVersion)
 				fmt.Fprintf(w, "llama.cpp %s (libraries %s)\n", b.LlamaCommit, b.BuildStamp)
@@ -86,7 +87,7 @@ func inspectCmd(ctx context.Context, c *cli.Command) error {
 	if c.NArg() != 1 {
 		return cli.Exit("inspect: give one MODEL.gguf", 2)
 	}
-	fi, err := pipeline.Inspect(c.Args().First(), c.Bool("vocab-only"))
+	fi, err := tools.Inspect(c.Args().First(), c.Bool("vocab-only"))
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func tokenizeCmd(ctx context.Context, c *cli.Command) error {
 	if c.NArg() != 1 {
 		return cli.Exit("tokenize: give one TEXT", 2)
 	}
-	toks, err := pipeline.Tokenize(cfg.Model.Path, c.Args().First(), !c.Bool("no-special"), c.Bool("parse-special"))
+	toks, err := tools.Tokenize(cfg.Model.Path, c.Args().First(), !c.Bool("no-special"), c.Bool("parse-special"))
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -28,21 +29,15 @@ func init() {
 }
 
 func logprobsCmd(ctx context.Context, c *cli.Command) error {
-	cfg, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
 	shard, err := shardOf(c)
 	if err != nil {
 		return err
 	}
-	m, err := pipeline.OpenModel(cfg.Model)
+	cfg, m, err := openModel(c)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	r := newRenderer(os.Stderr)
 	res, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{
 		Config: cfg, In: c.String("data"), Out: c.String("out"), SkipBad: c.Bool("skip-bad"), Progress: r.event,
@@ -54,9 +49,9 @@ func logprobsCmd(ctx context.Context, c *cli.Command) error {
 	}
 	w := c.Root().Writer
 	fmt.Fprintf(w, "%s (%s) teacher-forced into %s in %s: %.1f tokens/s\n",
-		count(res.Records, "record"), count(res.Tokens, "completion token"), res.Out, res.Elapsed.Round(time.Millisecond), float64(res.Tokens)/res.Elapsed.Seconds())
+		english.Count(res.Records, "record"), english.Count(res.Tokens, "completion token"), res.Out, res.Elapsed.Round(time.Millisecond), float64(res.Tokens)/res.Elapsed.Seconds())
 	if len(res.Skipped) > 0 {
-		fmt.Fprintf(w, "%s skipped (first: %s)\n", count(len(res.Skipped), "malformed line"), res.Skipped[0])
+		fmt.Fprintf(w, "%s skipped (first: %s)\n", english.Count(len(res.Skipped), "malformed line"), res.Skipped[0])
 	}
 	return nil
 }

@@ -14,6 +14,9 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v3"
+
+	// Parquet prompt files and training sets.
+	_ "github.com/confclip/confclip/dataset/parquetio"
 )
 
 // commands holds one constructor per command, filled by the init functions

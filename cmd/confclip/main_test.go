@@ -13,6 +13,7 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/tools"
 	"github.com/confclip/confclip/train"
 )
 
@@ -31,7 +32,7 @@ func run(t *testing.T, args ...string) int {
 func TestEvalFailUnder(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "smoke.jsonl")
@@ -77,7 +78,7 @@ func TestInspectBadFiles(t *testing.T) {
 		}
 	}
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	if got := run(t, "inspect", model); got != 0 {
@@ -183,7 +184,7 @@ func TestHelpShowsConfigDefaults(t *testing.T) {
 func TestCommandLineHabits(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	if code, out := runOut(t, "inspect", model, "--json"); code != 0 || !strings.Contains(out, `"architecture": "llama"`) {
@@ -225,7 +226,7 @@ func TestUnescapeStop(t *testing.T) {
 func TestEvalJUnitAndFailures(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "smoke.jsonl")
@@ -264,7 +265,7 @@ func TestEvalJUnitAndFailures(t *testing.T) {
 func TestRunTakesStageFlags(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "train.jsonl")
@@ -322,7 +323,7 @@ out = %q
 func TestAdapterExportBaseModel(t *testing.T) {
 	dir := t.TempDir()
 	model, adapter := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "a.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := llama.LoadModel(model, llama.ModelParams{})
@@ -357,7 +358,7 @@ func TestAdapterExportBaseModel(t *testing.T) {
 func TestFailEarly(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "p.jsonl")

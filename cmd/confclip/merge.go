@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/internal/english"
+	"github.com/confclip/confclip/reporting"
+	"github.com/confclip/confclip/shard"
+	"github.com/confclip/confclip/shard/merge"
 	"github.com/urfave/cli/v3"
-
-	"github.com/confclip/confclip/pipeline"
 )
 
 // shardFlags are --shard and --shard-count, on every command that a batch
@@ -21,8 +24,8 @@ func shardFlags() []cli.Flag {
 }
 
 // shardOf is the shard the flags (and the environment) give.
-func shardOf(c *cli.Command) (pipeline.Shard, error) {
-	s, err := pipeline.ResolveShard(c.String("shard"), c.Int("shard-count"), nil)
+func shardOf(c *cli.Command) (shard.Shard, error) {
+	s, err := shard.Resolve(c.String("shard"), c.Int("shard-count"), nil)
 	if err != nil {
 		return s, cli.Exit(fmt.Sprintf("%s: %v", c.FullName(), err), 2)
 	}
@@ -65,36 +68,36 @@ func init() {
 }
 
 func mergeRolloutsCmd(ctx context.Context, c *cli.Command) error {
-	res, err := pipeline.MergeRollouts(c.Args().Slice(), c.String("out"))
+	res, err := merge.Rollouts(c.Args().Slice(), c.String("out"))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", count(res.Shards, "shard"), res.Out, count(res.Groups, "group"), count(res.Records, "record"))
+	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", english.Count(res.Shards, "shard"), res.Out, english.Count(res.Groups, "group"), english.Count(res.Records, "record"))
 	return nil
 }
 
 func mergeScoresCmd(ctx context.Context, c *cli.Command) error {
-	res, err := pipeline.MergeScores(c.Args().Slice(), c.String("out"))
+	res, err := merge.Scores(c.Args().Slice(), c.String("out"))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", count(res.Shards, "shard"), res.Out, count(res.Groups, "group"), count(res.Records, "record"))
-	if err := res.Summary.WriteTable(c.Root().Writer); err != nil {
+	fmt.Fprintf(c.Root().Writer, "%s merged into %s: %s, %s\n", english.Count(res.Shards, "shard"), res.Out, english.Count(res.Groups, "group"), english.Count(res.Records, "record"))
+	if err := reporting.ScoreTable(c.Root().Writer, res.Summary); err != nil {
 		return err
 	}
 	if p := c.String("summary"); p != "" {
-		return pipeline.WriteJSON(p, res.Summary)
+		return atomicfile.WriteJSON(p, res.Summary)
 	}
 	return nil
 }
 
 func mergeEvalCmd(ctx context.Context, c *cli.Command) error {
-	res, err := pipeline.MergeEval(c.Args().Slice())
+	res, err := merge.Eval(c.Args().Slice())
 	if err != nil {
 		return err
 	}
 	if p := c.String("out"); p != "" {
-		if err := pipeline.WriteJSON(p, res); err != nil {
+		if err := atomicfile.WriteJSON(p, res); err != nil {
 			return err
 		}
 	} else {
@@ -104,6 +107,6 @@ func mergeEvalCmd(ctx context.Context, c *cli.Command) error {
 		}
 		fmt.Fprintln(c.Root().Writer, string(b))
 	}
-	fmt.Fprintf(os.Stderr, "%s: %d correct (accuracy %.4f), %d failed\n", count(res.Prompts, "prompt"), res.Correct, res.Accuracy, res.Failed)
+	fmt.Fprintf(os.Stderr, "%s: %d correct (accuracy %.4f), %d failed\n", english.Count(res.Prompts, "prompt"), res.Correct, res.Accuracy, res.Failed)
 	return nil
 }

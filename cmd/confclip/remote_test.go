@@ -18,6 +18,7 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/server"
+	"github.com/confclip/confclip/tools"
 )
 
 // worker is a `confclip serve` process.
@@ -93,7 +94,7 @@ func getHealth(u string) (map[string]any, error) {
 func TestRunOnRemoteWorkers(t *testing.T) {
 	dir := t.TempDir()
 	model := filepath.Join(dir, "M.gguf")
-	if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model}); err != nil {
+	if err := tools.GenModel(tools.GenModelOptions{Out: model}); err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder

@@ -121,14 +121,6 @@ func (r *renderer) event(e pipeline.Event) {
 	}
 }
 
-// count says n things in English: "1 group", "2 groups".
-func count(n int, thing string) string {
-	if n == 1 {
-		return "1 " + thing
-	}
-	return fmt.Sprintf("%d %ss", n, thing)
-}
-
 // wasWere is the verb for n things.
 func wasWere(n int) string {
 	if n == 1 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -51,10 +52,8 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 		}
 		defer m.Close()
 	}
-	sctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	r := newRenderer(os.Stderr)
-	res, err := pipeline.Rollout(sctx, m, pipeline.RolloutOptions{
+	res, err := pipeline.Rollout(ctx, m, pipeline.RolloutOptions{
 		Config: cfg, In: c.String("data"), Out: c.String("out"),
 		SkipBad: c.Bool("skip-bad"), AllowNoAnswer: c.Bool("allow-no-answer"), NoTiming: c.Bool("no-timing"), Restart: c.Bool("restart"), Progress: r.event,
 		Shard: shard, Source: source,
@@ -65,24 +64,24 @@ func rolloutCmd(ctx context.Context, c *cli.Command) error {
 		fmt.Fprintf(w, "%s: %s\n", c.String("data"), res.PromptShape)
 	}
 	if res.AlreadyDone > 0 {
-		fmt.Fprintf(w, "resumed %s: %d of %s %s already complete\n", res.Out, res.AlreadyDone, count(res.Prompts, "prompt"), wasWere(res.AlreadyDone))
+		fmt.Fprintf(w, "resumed %s: %d of %s %s already complete\n", res.Out, res.AlreadyDone, english.Count(res.Prompts, "prompt"), wasWere(res.AlreadyDone))
 	}
 	if res.Groups > 0 || err == nil {
 		fmt.Fprintf(w, "%s (%s, %s) written to %s in %s: %.1f tokens/s; %s decoded\n",
-			count(res.Groups, "group"), count(res.Records, "completion"), count(res.Tokens, "token"), res.Out, res.Elapsed.Round(time.Millisecond), res.TokensPerSecond(), count(res.PromptTokens, "prompt token"))
-		fmt.Fprintf(w, "%s holds %s, made with %s\n", res.Out, count(res.FileGroups, "complete group"), res.Provenance)
+			english.Count(res.Groups, "group"), english.Count(res.Records, "completion"), english.Count(res.Tokens, "token"), res.Out, res.Elapsed.Round(time.Millisecond), res.TokensPerSecond(), english.Count(res.PromptTokens, "prompt token"))
+		fmt.Fprintf(w, "%s holds %s, made with %s\n", res.Out, english.Count(res.FileGroups, "complete group"), res.Provenance)
 	}
 	if len(res.Skipped) > 0 {
-		fmt.Fprintf(w, "%s skipped (first: %s)\n", count(len(res.Skipped), "malformed line"), res.Skipped[0])
+		fmt.Fprintf(w, "%s skipped (first: %s)\n", english.Count(len(res.Skipped), "malformed line"), res.Skipped[0])
 	}
 	if len(res.Failed) > 0 {
-		fmt.Fprintf(w, "%s not generated:\n", count(len(res.Failed), "prompt"))
+		fmt.Fprintf(w, "%s not generated:\n", english.Count(len(res.Failed), "prompt"))
 		for _, f := range res.Failed {
 			fmt.Fprintf(w, "  %s\n", f)
 		}
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() == nil {
-		return cli.Exit(fmt.Sprintf("interrupted: %s in %s; run the same command again to resume", count(res.FileGroups, "complete group"), res.Out), 130)
+		return cli.Exit(fmt.Sprintf("interrupted: %s in %s; run the same command again to resume", english.Count(res.FileGroups, "complete group"), res.Out), 130)
 	}
 	return err
 }

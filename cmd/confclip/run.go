@@ -7,7 +7,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/experiments"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/reporting"
 )
 
 func init() {
@@ -75,10 +77,8 @@ func runCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	r := newRenderer(c.Root().ErrWriter)
-	ro := pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event}
+	ro := pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event, Plot: reporting.RunPlots}
 	if len(cfg.Rollout.Endpoints) > 0 {
 		ro.Remote = workerPool(cfg.Rollout.Endpoints)
 	}
@@ -106,10 +106,8 @@ func experimentCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
 	r := newRenderer(c.Root().ErrWriter)
-	res, err := pipeline.Experiment(ctx, cfg, r.event)
+	res, err := experiments.Experiment(ctx, cfg, r.event)
 	r.end()
 	if err != nil {
 		return err

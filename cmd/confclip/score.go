@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/reporting"
 )
 
 func init() {
@@ -52,15 +52,11 @@ func scoreCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	if err := sum.WriteTable(c.Root().Writer); err != nil {
+	if err := reporting.ScoreTable(c.Root().Writer, sum); err != nil {
 		return err
 	}
 	if path := c.String("summary"); path != "" {
-		b, err := json.MarshalIndent(sum, "", "  ")
-		if err != nil {
-			return err
-		}
-		return pipeline.WriteFileAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+		return atomicfile.WriteJSON(path, sum)
 	}
 	return nil
 }

@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -46,52 +42,30 @@ func init() {
 }
 
 func serveCmd(ctx context.Context, c *cli.Command) error {
-	cfg, err := loadConfig(c)
-	if err != nil {
-		return err
-	}
-	m, err := pipeline.OpenModel(cfg.Model)
+	cfg, m, err := openModel(c)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	srv, err := server.New(m, server.Options{
+	o := server.Options{
 		Config: cfg, ModelID: c.String("model-id"), AdapterDir: c.String("adapter-dir"),
 		MaxRequests: c.Int("max-requests"), MaxBodyBytes: int64(c.Int("max-body")), MaxN: c.Int("max-n"),
-		MaxAdapterBytes: int64(c.Int("max-adapter-bytes")),
-	})
+		MaxAdapterBytes: int64(c.Int("max-adapter-bytes")), Log: os.Stderr, ShutdownTimeout: c.Duration("shutdown-timeout"),
+	}
+	if !c.Bool("quiet") {
+		o.AccessLog = c.Root().ErrWriter
+	}
+	srv, err := server.New(m, o)
 	if err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.String("host"), fmt.Sprint(c.Int("port"))))
 	if err != nil {
-		return err
-	}
-	hs := srv.HTTPServer()
-	if !c.Bool("quiet") {
-		hs.Handler = accessLog(hs.Handler, c.Root().ErrWriter)
-	}
-	fmt.Fprintf(c.Root().Writer, "serving %s on http://%s/v1\n", srv.ModelID(), ln.Addr())
-	sctx, stop := context.WithCancel(ctx) // runMain cancels ctx on SIGINT or SIGTERM
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
 		srv.Close()
 		return err
-	case <-sctx.Done():
 	}
-	fmt.Fprintln(os.Stderr, "shutting down: finishing the requests in flight")
-	dctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
-	defer cancel()
-	err = hs.Shutdown(dctx)
-	srv.Close()
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	fmt.Fprintln(os.Stderr, "stopped")
-	return nil
+	fmt.Fprintf(c.Root().Writer, "serving %s on http://%s/v1\n", srv.ModelID(), ln.Addr())
+	return srv.Serve(ctx, ln) // runMain cancels ctx on SIGINT or SIGTERM
 }
 
 // endpointFlags make rollout sample on an OpenAI-compatible server.
@@ -118,43 +92,4 @@ func endpointOf(ctx context.Context, c *cli.Command) (pipeline.RolloutSource, er
 		return nil, err
 	}
 	return cl, nil
-}
-
-// accessLog writes one line per request to w when it ends: time, client,
-// method and path, status, bytes of the response, duration.
-func accessLog(h http.Handler, w io.Writer) http.Handler {
-	var mu sync.Mutex
-	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: rw, status: http.StatusOK}
-		h.ServeHTTP(rec, r)
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Fprintf(w, "%s %s %s %s %d %dB %s\n", start.Format("2006-01-02T15:04:05.000Z07:00"), r.RemoteAddr, r.Method, r.URL.Path,
-			rec.status, rec.bytes, time.Since(start).Round(time.Millisecond))
-	})
-}
-
-// statusRecorder notes a response's status and size; it flushes, so that
-// streams still stream.
-type statusRecorder struct {
-	http.ResponseWriter
-	status, bytes int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	s.status = code
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	n, err := s.ResponseWriter.Write(b)
-	s.bytes += n
-	return n, err
-}
-
-func (s *statusRecorder) Flush() {
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
 }

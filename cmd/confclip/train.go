@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/internal/jsonnull"
 	"github.com/confclip/confclip/pipeline"
 )
@@ -55,7 +56,7 @@ func trainCmd(ctx context.Context, c *cli.Command) error {
 	}
 	fmt.Fprintln(c.Root().Writer, string(b))
 	if p := c.String("summary"); p != "" {
-		return pipeline.WriteFileAtomic(p, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+		return atomicfile.Write(p, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -70,7 +71,7 @@ func verifyCmd(ctx context.Context, c *cli.Command) error {
 			fmt.Fprintf(os.Stderr, "verified 0 completions: shard %s holds none\n", shard)
 			return nil
 		}
-		fmt.Fprintf(os.Stderr, "verified %s: %d correct (%.1f%%)\n", count(sum.Records, "completion"), sum.Correct, 100*float64(sum.Correct)/float64(sum.Records))
+		fmt.Fprintf(os.Stderr, "verified %s: %d correct (%.1f%%)\n", english.Count(sum.Records, "completion"), sum.Correct, 100*float64(sum.Correct)/float64(sum.Records))
 		return nil
 	}
 	return errors.New("nothing to verify: give --answer and --completion, or --data")

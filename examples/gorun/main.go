@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/tools"
 )
 
 func main() {
@@ -42,12 +43,12 @@ func run(ctx context.Context, model, dir string, steps int) error {
 	}
 	if model == "" {
 		model = filepath.Join(dir, "tiny.gguf")
-		if err := pipeline.GenModel(pipeline.GenModelOptions{Out: model, Size: "tiny", Seed: 1}); err != nil {
+		if err := tools.GenModel(tools.GenModelOptions{Out: model, Size: "tiny", Seed: 1}); err != nil {
 			return err
 		}
 	}
-	task, err := pipeline.GenTask(pipeline.GenTaskOptions{Dir: filepath.Join(dir, "task"), N: 80, HeldOut: 8, Seed: 1, Ops: "add",
-		MaxOperand: pipeline.DefaultMaxOperand, MaxWordOperand: pipeline.DefaultMaxWordOperand})
+	task, err := tools.GenTask(tools.GenTaskOptions{Dir: filepath.Join(dir, "task"), N: 80, HeldOut: 8, Seed: 1, Ops: "add",
+		MaxOperand: tools.DefaultMaxOperand, MaxWordOperand: tools.DefaultMaxWordOperand})
 	if err != nil {
 		return err
 	}

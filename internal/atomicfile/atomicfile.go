@@ -10,6 +10,7 @@
 package atomicfile
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -200,4 +201,13 @@ func NotInput(out string, inputs ...string) error {
 		}
 	}
 	return nil
+}
+
+// WriteJSON writes v as indented JSON (and a newline) to path, atomically.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteBytes(path, append(b, '\n'))
 }

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/modelgen"
 )
 
@@ -98,4 +100,45 @@ func CleanArchModels() {
 	if archDir != "" {
 		os.RemoveAll(archDir)
 	}
+}
+
+// TinyModel writes the tiny generated model (modelgen.Tiny) into dir and
+// returns its path.
+func TinyModel(t testing.TB, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "tiny.gguf")
+	if err := modelgen.Write(path, modelgen.Tiny()); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// WriteLines writes the lines, one a line, to dir/name and returns its path.
+func WriteLines(t testing.TB, dir, name string, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// SayPrompts writes n prompt records to dir/name: id "name-i", prompt
+// "Say i:", answer "x".
+func SayPrompts(t testing.TB, dir, name string, n int) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	w, err := dataset.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if err := w.Write(dataset.Prompt{ID: fmt.Sprintf("%s-%d", name, i), Prompt: fmt.Sprintf("Say %d:", i), Answer: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -1,4 +1,5 @@
-package pipeline
+// Package peakrss reads the process's peak resident memory.
+package peakrss
 
 import (
 	"bufio"
@@ -7,12 +8,12 @@ import (
 	"strings"
 )
 
-// PeakRSS is this process's peak resident memory in bytes (VmHWM in
+// Bytes is this process's peak resident memory in bytes (VmHWM in
 // /proc/self/status), or 0 where there is no such file. Unlike the rusage a
 // parent reads of its child, it counts this program only: Go starts a child
 // sharing the parent's memory until exec, and Linux adds the parent's peak to
 // the child's ru_maxrss.
-func PeakRSS() int64 {
+func Bytes() int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0

@@ -1,4 +1,6 @@
-package pipeline
+// Package crashpoint kills the process at named points of the run loop, for
+// the resumption tests (Env).
+package crashpoint
 
 import (
 	"fmt"
@@ -9,16 +11,16 @@ import (
 	"syscall"
 )
 
-// CrashEnv names a point of the run loop at which the process kills itself
+// Env names a point of the run loop at which the process kills itself
 // with SIGKILL, as a power cut or kill -9 would: "phase" or "phase@n" (the
 // n-th time the phase is reached). The resumption tests run `confclip run`
 // in a child process with it set and check that --resume ends with the
 // metrics of an uninterrupted run. Unset, it costs one map lookup per phase.
-const CrashEnv = "CONFCLIP_TEST_CRASH_AT"
+const Env = "CONFCLIP_TEST_CRASH_AT"
 
-// CrashPhases are the points crashPoint is called at, in the order a run
+// Phases are the points At is called at, in the order a run
 // reaches them.
-var CrashPhases = []string{
+var Phases = []string{
 	"run-folder-created",   // config.toml written, nothing else
 	"init-adapter-written", // the new adapter is on disk
 	"eval0-recorded",       // the step-0 evaluation's metrics row is written
@@ -39,10 +41,10 @@ var crash struct {
 	mu    sync.Mutex
 }
 
-// crashPoint kills the process when CrashEnv names this phase (and count).
-func crashPoint(phase string) {
+// At kills the process when Env names this phase (and count).
+func At(phase string) {
 	crash.once.Do(func() {
-		v := os.Getenv(CrashEnv)
+		v := os.Getenv(Env)
 		if v == "" {
 			return
 		}
@@ -53,7 +55,7 @@ func crashPoint(phase string) {
 			if err != nil || k < 1 {
 				// A test hook: a bad value is the test's bug, and a crash
 				// at no point would pass it silently.
-				panic(fmt.Sprintf("%s=%q: want phase or phase@N with N >= 1", CrashEnv, v))
+				panic(fmt.Sprintf("%s=%q: want phase or phase@N with N >= 1", Env, v))
 			}
 			crash.n = k
 		}

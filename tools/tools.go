@@ -1,4 +1,7 @@
-package pipeline
+// Package tools holds what the commands do beside the stages of pipeline:
+// build information, inspecting a GGUF file, tokenizing, generating models
+// and task data, and pre-training a small model from scratch.
+package tools
 
 import (
 	"errors"
@@ -7,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"time"
 
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/tasks"
-	"github.com/confclip/confclip/train"
 )
 
 // BuildInfo describes the llama.cpp this program is linked with.
@@ -88,7 +91,7 @@ type TokenPiece struct {
 // special-token text such as <|im_start|> into its id.
 func Tokenize(modelPath, text string, addSpecial, parseSpecial bool) ([]TokenPiece, error) {
 	if modelPath == "" {
-		return nil, ErrNoModel
+		return nil, pipeline.ErrNoModel
 	}
 	m, err := llama.LoadModel(modelPath, llama.ModelParams{VocabOnly: true})
 	if err != nil {
@@ -223,7 +226,7 @@ func GenTask(o GenTaskOptions) (GenTaskResult, error) {
 	// accuracy measures problems the model has not seen) nor, with RL, the
 	// RL prompts.
 	corpus := tasks.Corpus(pre, o.Seed)
-	if err := WriteFileAtomic(res.Corpus, func(w io.Writer) error { return tasks.WriteCorpus(w, corpus) }); err != nil {
+	if err := atomicfile.Write(res.Corpus, func(w io.Writer) error { return tasks.WriteCorpus(w, corpus) }); err != nil {
 		return res, err
 	}
 	res.TrainN, res.EvalN, res.CorpusN = len(trainPs), len(evalPs), len(corpus)
@@ -255,13 +258,4 @@ func PretrainSpec(embd, layers, heads int, seed uint64) modelgen.Spec {
 	s.Embd, s.Layers, s.Heads, s.HeadsKV = embd, layers, heads, heads
 	s.FF, s.Ctx, s.Seed = 4*embd, 512, seed
 	return s
-}
-
-// TrainEvents adapts a Progress function of Event to the per-step callback
-// of TrainOptions and PretrainOptions, sending TrainProgress.
-func TrainEvents(steps int, f func(Event)) func(step int, st train.StepStats) {
-	start := time.Now()
-	return func(step int, st train.StepStats) {
-		emit(f, TrainProgress{Step: step, Steps: steps, Stats: st, Elapsed: time.Since(start)})
-	}
 }

@@ -1,4 +1,4 @@
-package pipeline
+package reporting
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/pipeline"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -17,28 +19,28 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// metric is one StepMetrics column as a plotted series.
+// metric is one pipeline.StepMetrics column as a plotted series.
 type metric struct {
 	name  string // the JSON name, used in file names
 	label string // legend and axis text
-	get   func(StepMetrics) float64
+	get   func(pipeline.StepMetrics) float64
 }
 
 var (
-	metricAccuracy = metric{"accuracy", "train accuracy (sampled)", func(m StepMetrics) float64 { return m.Accuracy }}
-	metricEval     = metric{"eval_accuracy", "held-out accuracy (greedy)", func(m StepMetrics) float64 {
+	metricAccuracy = metric{"accuracy", "train accuracy (sampled)", func(m pipeline.StepMetrics) float64 { return m.Accuracy }}
+	metricEval     = metric{"eval_accuracy", "held-out accuracy (greedy)", func(m pipeline.StepMetrics) float64 {
 		if m.EvalAccuracy == nil {
 			return math.NaN()
 		}
 		return *m.EvalAccuracy
 	}}
-	metricReward      = metric{"mean_reward", "mean reward", func(m StepMetrics) float64 { return m.MeanReward }}
-	metricZeroStd     = metric{"zero_std_frac", "zero-std groups (chosen reward)", func(m StepMetrics) float64 { return m.ZeroStdFrac }}
-	metricZeroStdBin  = metric{"zero_std_frac_binary", "zero-std groups (binary reward)", func(m StepMetrics) float64 { return m.ZeroStdFracBinary }}
-	metricTokens      = metric{"mean_tokens", "mean tokens (all)", func(m StepMetrics) float64 { return m.MeanTokens }}
-	metricTokensRight = metric{"mean_tokens_right", "mean tokens (right)", func(m StepMetrics) float64 { return m.MeanTokensRight }}
-	metricTokensWrong = metric{"mean_tokens_wrong", "mean tokens (wrong)", func(m StepMetrics) float64 { return m.MeanTokensWrong }}
-	metricLoss        = metric{"loss", "loss", func(m StepMetrics) float64 { return m.Loss }}
+	metricReward      = metric{"mean_reward", "mean reward", func(m pipeline.StepMetrics) float64 { return m.MeanReward }}
+	metricZeroStd     = metric{"zero_std_frac", "zero-std groups (chosen reward)", func(m pipeline.StepMetrics) float64 { return m.ZeroStdFrac }}
+	metricZeroStdBin  = metric{"zero_std_frac_binary", "zero-std groups (binary reward)", func(m pipeline.StepMetrics) float64 { return m.ZeroStdFracBinary }}
+	metricTokens      = metric{"mean_tokens", "mean tokens (all)", func(m pipeline.StepMetrics) float64 { return m.MeanTokens }}
+	metricTokensRight = metric{"mean_tokens_right", "mean tokens (right)", func(m pipeline.StepMetrics) float64 { return m.MeanTokensRight }}
+	metricTokensWrong = metric{"mean_tokens_wrong", "mean tokens (wrong)", func(m pipeline.StepMetrics) float64 { return m.MeanTokensWrong }}
+	metricLoss        = metric{"loss", "loss", func(m pipeline.StepMetrics) float64 { return m.Loss }}
 )
 
 // chart is one PNG: a title, a y-axis label, a y range ([0, 0] = fit the
@@ -79,7 +81,7 @@ const (
 // loss.png. reward.png's title names the reward (RewardName; "" says "the
 // run's reward"). Missing values (NaN, steps without an evaluation) are
 // left out. It returns the files' paths.
-func Plot(rows []StepMetrics, dir, reward string) ([]string, error) {
+func Plot(rows []pipeline.StepMetrics, dir, reward string) ([]string, error) {
 	var paths []string
 	for _, c := range runCharts {
 		p := c.withReward(reward).newPlot()
@@ -101,7 +103,7 @@ func Plot(rows []StepMetrics, dir, reward string) ([]string, error) {
 // (compare_eval_accuracy.png, compare_accuracy.png, compare_mean_tokens.png,
 // compare_mean_reward.png, compare_zero_std_frac.png) with one line per arm;
 // an arm keeps its colour across the files. It returns the files' paths.
-func PlotCompare(arms map[string][]StepMetrics, dir string) ([]string, error) {
+func PlotCompare(arms map[string][]pipeline.StepMetrics, dir string) ([]string, error) {
 	names := make([]string, 0, len(arms))
 	for name := range arms {
 		names = append(names, name)
@@ -138,7 +140,7 @@ func (c chart) withReward(reward string) chart {
 // RewardName is how the plots name a reward configuration: the method,
 // confclip's weighting, and the format and overlong terms when on, as in
 // "confclip relative + format 0.1".
-func RewardName(r RewardConfig) string {
+func RewardName(r pipeline.RewardConfig) string {
 	name := r.Method
 	if r.Method == "confclip" && r.Weight != "" {
 		name += " " + r.Weight
@@ -165,7 +167,7 @@ func (c chart) newPlot() *plot.Plot {
 }
 
 // points are the (step, value) pairs of one metric, missing values left out.
-func points(rows []StepMetrics, m metric) plotter.XYs {
+func points(rows []pipeline.StepMetrics, m metric) plotter.XYs {
 	var xys plotter.XYs
 	for _, r := range rows {
 		if y := m.get(r); !math.IsNaN(y) && !math.IsInf(y, 0) {
@@ -199,7 +201,7 @@ func savePNG(p *plot.Plot, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return WriteFileAtomic(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		_, err := c.WriteTo(w)
 		return err
 	})
@@ -243,4 +245,10 @@ func padAxis(a *plot.Axis, least float64) {
 		d = 0.05 * max(math.Abs(a.Max), 1)
 	}
 	a.Min, a.Max = a.Min-d, a.Max+d
+}
+
+// RunPlots draws confclip run's charts of a run's metrics into dir (a
+// pipeline.RunPlotter).
+func RunPlots(cfg pipeline.Config, rows []pipeline.StepMetrics, dir string) ([]string, error) {
+	return Plot(rows, dir, RewardName(cfg.Reward))
 }

@@ -1,4 +1,4 @@
-package pipeline
+package reporting
 
 import (
 	"math"
@@ -58,7 +58,7 @@ var tCrit975 = []float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306
 // fewer than two values). Seeds are the unit: the interval says how far
 // another set of seeds could move the mean.
 func MeanCI95(v []float64) (mean, half float64) {
-	mean, std := meanStd(v)
+	mean, std := MeanStd(v)
 	n := 0
 	for _, x := range v {
 		if !math.IsNaN(x) && !math.IsInf(x, 0) {

@@ -1,4 +1,4 @@
-package pipeline
+package experiments
 
 import (
 	"context"
@@ -9,13 +9,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/confclip/confclip/internal/pipelinetest"
+	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/reporting"
 )
 
 // experimentFixture is runFixture's model and data as a two-arm, one-seed
 // experiment of one step with an evaluation before and after.
-func experimentFixture(t *testing.T) Config {
+func experimentFixture(t *testing.T) pipeline.Config {
 	t.Helper()
-	cfg := runFixture(t)
+	cfg := pipelinetest.RunFixture(t)
 	cfg.Run.Steps, cfg.Run.EvalEvery = 1, 1
 	cfg.Experiment.Arms = []string{"binary_grpo", "confclip_grpo"}
 	cfg.Experiment.Seeds = []uint64{1}
@@ -94,13 +98,13 @@ func TestExperimentStarts(t *testing.T) {
 	if err := os.WriteFile(corpus, []byte(strings.Join(texts, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Experiment.Starts = []Start{{Seed: 7}, {Path: cfg.Model.Path}}
+	cfg.Experiment.Starts = []pipeline.Start{{Seed: 7}, {Path: cfg.Model.Path}}
 	cfg.Experiment.Corpus = corpus
 	cfg.Experiment.PretrainSteps, cfg.Experiment.PretrainBatch = 3, 4
 	cfg.Experiment.Seeds = []uint64{1, 2}
 	var notes []string
-	progress := func(e Event) {
-		if n, ok := e.(RunNote); ok {
+	progress := func(e pipeline.Event) {
+		if n, ok := e.(pipeline.RunNote); ok {
 			notes = append(notes, n.Text)
 		}
 	}
@@ -116,7 +120,7 @@ func TestExperimentStarts(t *testing.T) {
 	for _, start := range []string{"pretrain-seed-7", "tiny"} {
 		for _, arm := range cfg.Experiment.Arms {
 			for _, seed := range []string{"seed-1", "seed-2"} {
-				if _, err := os.Stat(filepath.Join(cfg.Run.Out, start, arm, seed, RunConfigFile)); err != nil {
+				if _, err := os.Stat(filepath.Join(cfg.Run.Out, start, arm, seed, pipeline.RunConfigFile)); err != nil {
 					t.Errorf("run folder of %s %s %s: %v", start, arm, seed, err)
 				}
 			}
@@ -129,7 +133,7 @@ func TestExperimentStarts(t *testing.T) {
 	if len(res.Arms[0].Seeds) != 4 || got["pretrain-seed-7"] != 2 || got["tiny"] != 2 {
 		t.Errorf("runs by start %v, want 2 each of pretrain-seed-7 and tiny", got)
 	}
-	recorded, err := LoadConfig(filepath.Join(cfg.Run.Out, "pretrain-seed-7", "binary_grpo", "seed-1", RunConfigFile))
+	recorded, err := pipeline.LoadConfig(filepath.Join(cfg.Run.Out, "pretrain-seed-7", "binary_grpo", "seed-1", pipeline.RunConfigFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,22 +179,22 @@ func TestExperimentStarts(t *testing.T) {
 // the key.
 func TestStartsConfig(t *testing.T) {
 	dir := t.TempDir()
-	load := func(body string) (Config, error) {
+	load := func(body string) (pipeline.Config, error) {
 		path := filepath.Join(dir, "c.toml")
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return LoadConfig(path)
+		return pipeline.LoadConfig(path)
 	}
 	cfg, err := load("[experiment]\nstarts = [3, \"models/a.gguf\"]\ncorpus = \"c.txt\"\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Start{{Seed: 3}, {Path: "models/a.gguf"}}
+	want := []pipeline.Start{{Seed: 3}, {Path: "models/a.gguf"}}
 	if len(cfg.Experiment.Starts) != 2 || cfg.Experiment.Starts[0] != want[0] || cfg.Experiment.Starts[1] != want[1] {
 		t.Fatalf("starts %+v, want %+v", cfg.Experiment.Starts, want)
 	}
-	if err := checkStarts(cfg.Experiment); err != nil {
+	if err := pipeline.CheckStarts(cfg.Experiment); err != nil {
 		t.Errorf("valid starts: %v", err)
 	}
 	for _, tc := range []struct{ body, want string }{
@@ -203,20 +207,20 @@ func TestStartsConfig(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		e    ExperimentConfig
+		e    pipeline.ExperimentConfig
 		want string
 	}{
-		{ExperimentConfig{Starts: []Start{{Seed: 1}}, PretrainSteps: 1, PretrainBatch: 1, PretrainLR: 1e-3}, "experiment.corpus"},
-		{ExperimentConfig{Starts: []Start{{Path: "a/m.gguf"}, {Path: "b/m.gguf"}}}, "same name \"m\""},
-		{ExperimentConfig{Starts: []Start{{Seed: 1}}, Corpus: "c", PretrainSteps: 0, PretrainBatch: 1, PretrainLR: 1e-3}, "pretrain_steps"},
-		{ExperimentConfig{Starts: []Start{{Seed: 1}}, Corpus: "c", PretrainSteps: 1, PretrainBatch: 1, PretrainLR: math.NaN()}, "pretrain_lr"},
+		{pipeline.ExperimentConfig{Starts: []pipeline.Start{{Seed: 1}}, PretrainSteps: 1, PretrainBatch: 1, PretrainLR: 1e-3}, "experiment.corpus"},
+		{pipeline.ExperimentConfig{Starts: []pipeline.Start{{Path: "a/m.gguf"}, {Path: "b/m.gguf"}}}, "same name \"m\""},
+		{pipeline.ExperimentConfig{Starts: []pipeline.Start{{Seed: 1}}, Corpus: "c", PretrainSteps: 0, PretrainBatch: 1, PretrainLR: 1e-3}, "pretrain_steps"},
+		{pipeline.ExperimentConfig{Starts: []pipeline.Start{{Seed: 1}}, Corpus: "c", PretrainSteps: 1, PretrainBatch: 1, PretrainLR: math.NaN()}, "pretrain_lr"},
 	} {
-		if err := checkStarts(tc.e); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := pipeline.CheckStarts(tc.e); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error mentioning %q", tc.e, err, tc.want)
 		}
 	}
 	// A start's value as the run folder records it reads back the same.
-	b, err := Start{Path: "x \"y\".gguf"}.MarshalTOML()
+	b, err := pipeline.Start{Path: "x \"y\".gguf"}.MarshalTOML()
 	if err != nil || string(b) != `"x \"y\".gguf"` {
 		t.Errorf("MarshalTOML: %s, %v", b, err)
 	}
@@ -226,15 +230,15 @@ func TestStartsConfig(t *testing.T) {
 // variance within a start is 2, the variance of the start means 8, so the
 // starts' component is 8 − 2/2 = 7.
 func TestVarComponents(t *testing.T) {
-	m, st, se := VarComponents(map[string][]float64{"a": {1, 3}, "b": {5, 7}})
+	m, st, se := reporting.VarComponents(map[string][]float64{"a": {1, 3}, "b": {5, 7}})
 	if m != 4 || math.Abs(st-math.Sqrt(7)) > 1e-12 || math.Abs(se-math.Sqrt(2)) > 1e-12 {
 		t.Errorf("mean %g, sd starts %g, sd seeds %g; want 4, √7, √2", m, st, se)
 	}
 	// Starts that differ less than their seeds' noise predicts: component 0.
-	if _, st, _ := VarComponents(map[string][]float64{"a": {0, 10}, "b": {1, 9}}); st != 0 {
+	if _, st, _ := reporting.VarComponents(map[string][]float64{"a": {0, 10}, "b": {1, 9}}); st != 0 {
 		t.Errorf("sd between starts %g, want 0", st)
 	}
-	if _, st, se := VarComponents(map[string][]float64{"a": {1, 2}}); !math.IsNaN(st) || math.Abs(se-math.Sqrt(0.5)) > 1e-12 {
+	if _, st, se := reporting.VarComponents(map[string][]float64{"a": {1, 2}}); !math.IsNaN(st) || math.Abs(se-math.Sqrt(0.5)) > 1e-12 {
 		t.Errorf("one start: sd starts %g (want NaN), seeds %g", st, se)
 	}
 }
@@ -244,8 +248,8 @@ func TestVarComponents(t *testing.T) {
 // runs the demo's RL settings from pre-training seeds with the demo's
 // pre-training settings (make demo: --steps 800 --batch 16 --lr 3e-3).
 func TestExperimentExamples(t *testing.T) {
-	load := func(name string) Config {
-		cfg, err := LoadConfig(filepath.Join("..", "examples", name))
+	load := func(name string) pipeline.Config {
+		cfg, err := pipeline.LoadConfig(filepath.Join("..", "examples", name))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package pipeline
+package tools
 
 import (
 	"context"
@@ -52,19 +52,9 @@ func Pretrain(ctx context.Context, o PretrainOptions) error {
 		return err
 	}
 	defer m.Close()
-	var exs []train.Example
-	maxLen := 0
-	for i, text := range o.Corpus {
-		toks, err := m.Tokenize(text, true, false)
-		if err != nil {
-			return fmt.Errorf("corpus text %d: %w", i+1, err)
-		}
-		if len(toks) < 2 {
-			continue
-		}
-		toks = append(toks, m.Info().EOS)
-		exs = append(exs, train.Example{Prompt: toks[:1], Completion: toks[1:], Advantage: 1})
-		maxLen = max(maxLen, len(toks))
+	exs, maxLen, err := corpusExamples(m, o.Corpus)
+	if err != nil {
+		return err
 	}
 	names, err := train.F32Weights(tmp.Name())
 	if err != nil {
@@ -100,15 +90,42 @@ func Pretrain(ctx context.Context, o PretrainOptions) error {
 		}
 	}
 	// Write the trained weights into a model file of the same spec.
+	spec, err := trainedSpec(o.Spec, tr)
+	if err != nil {
+		return err
+	}
+	return modelgen.Write(o.Out, spec)
+}
+
+// corpusExamples tokenizes the corpus into training examples (a text's
+// first token is its prompt, the rest and an end token its completion),
+// leaving out texts of fewer than two tokens; maxLen is the longest.
+func corpusExamples(m *llama.Model, corpus []string) (exs []train.Example, maxLen int, err error) {
+	for i, text := range corpus {
+		toks, err := m.Tokenize(text, true, false)
+		if err != nil {
+			return nil, 0, fmt.Errorf("corpus text %d: %w", i+1, err)
+		}
+		if len(toks) < 2 {
+			continue
+		}
+		toks = append(toks, m.Info().EOS)
+		exs = append(exs, train.Example{Prompt: toks[:1], Completion: toks[1:], Advantage: 1})
+		maxLen = max(maxLen, len(toks))
+	}
+	return exs, maxLen, nil
+}
+
+// trainedSpec is spec with the trainer's weights.
+func trainedSpec(spec modelgen.Spec, tr *train.Trainer) (modelgen.Spec, error) {
 	values := map[string][]float32{}
 	for _, p := range tr.Params() {
 		v := make([]float32, p.Len())
 		if err := p.Get(v); err != nil {
-			return err
+			return spec, err
 		}
 		values[p.Name] = v
 	}
-	spec := o.Spec
 	spec.Weights = func(name string, n int) []float32 { return values[name] }
-	return modelgen.Write(o.Out, spec)
+	return spec, nil
 }

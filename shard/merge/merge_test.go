@@ -1,4 +1,4 @@
-package pipeline
+package merge
 
 import (
 	"bytes"
@@ -14,71 +14,11 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/internal/pipelinetest"
+	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/shard"
 )
-
-func TestResolveShard(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		m := map[string]string{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return func(k string) string { return m[k] }
-	}
-	for _, c := range []struct {
-		spec  string
-		count int
-		env   func(string) string
-		want  Shard
-		err   string
-	}{
-		{"", 0, env(), Shard{}, ""},
-		{"2/7", 0, env(), Shard{2, 7}, ""},
-		{"7/7", 0, env(), Shard{}, "0 <= K < N"},
-		{"1-7", 0, env(), Shard{}, "want K/N"},
-		{"1/7", 7, env(), Shard{}, "not both"},
-		{"", 4, env(EnvJobCompletionIndex, "3"), Shard{3, 4}, ""},
-		{"", 4, env(EnvSlurmTaskID, "4", EnvSlurmTaskMin, "1"), Shard{3, 4}, ""},
-		{"", 4, env(EnvSlurmTaskID, "4"), Shard{}, "0 <= K < N"},
-		{"", 4, env(), Shard{}, "neither"},
-		{"env", 0, env(EnvSlurmTaskID, "2", EnvSlurmTaskCount, "5"), Shard{2, 5}, ""},
-		{"env", 0, env(EnvSlurmTaskID, "2"), Shard{}, EnvSlurmTaskCount},
-		{"", 3, env(EnvJobCompletionIndex, "x"), Shard{}, "not a whole number"},
-	} {
-		got, err := ResolveShard(c.spec, c.count, c.env)
-		if c.err != "" {
-			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("ResolveShard(%q, %d): %v, want an error with %q", c.spec, c.count, err, c.err)
-			}
-			continue
-		}
-		if err != nil || got != c.want {
-			t.Errorf("ResolveShard(%q, %d) = %v, %v; want %v", c.spec, c.count, got, err, c.want)
-		}
-	}
-}
-
-// TestShardOfIsStable: a prompt's shard depends on its id and N only, and
-// the shards are roughly even.
-func TestShardOfIsStable(t *testing.T) {
-	count := make([]int, 7)
-	for i := range 7000 {
-		id := fmt.Sprintf("p%d", i)
-		k := ShardOf(id, 7)
-		if k != ShardOf(id, 7) {
-			t.Fatal("ShardOf is not a function of the id")
-		}
-		count[k]++
-	}
-	for k, n := range count {
-		if n < 800 || n > 1200 {
-			t.Fatalf("shard %d of 7 holds %d of 7000 ids: %v", k, n, count)
-		}
-	}
-	// Known values: a change of hash would reshuffle users' running jobs.
-	if a, b := ShardOf("gsm8k-0", 8), ShardOf("", 3); a != 6 || b != 2 {
-		t.Fatalf("ShardOf(gsm8k-0, 8) = %d, ShardOf(\"\", 3) = %d: the hash changed", a, b)
-	}
-}
 
 // TestShardUnion: for N = 1, 3 and 7, rollout, score, logprobs, verify and
 // eval run shard by shard and merged give what one process gives, record for
@@ -89,35 +29,35 @@ func TestShardUnion(t *testing.T) {
 	for i := range 24 {
 		lines = append(lines, fmt.Sprintf(`{"id":"q%d","prompt":"Say %d then %d:","answer":"%d"}`, i, i, i+1, i%3))
 	}
-	cfg, data := apiFixture(t, lines...)
+	cfg, data := pipelinetest.Fixture(t, lines...)
 	cfg.Rollout.Group = 3
 	cfg.Rollout.MaxTokens = 6
 	cfg.Rollout.Parallel = 5 // groups of shards and of the whole share batches differently
 	cfg.Verifier.Pattern = `[02468]`
-	m := openModel(t, cfg)
+	m := pipelinetest.Open(t, cfg)
 	ctx := context.Background()
 	dir := t.TempDir()
 
 	whole := filepath.Join(dir, "whole.jsonl")
-	if _, err := Rollout(ctx, m, RolloutOptions{Config: cfg, In: data, Out: whole, NoTiming: true}); err != nil {
+	if _, err := pipeline.Rollout(ctx, m, pipeline.RolloutOptions{Config: cfg, In: data, Out: whole, NoTiming: true}); err != nil {
 		t.Fatal(err)
 	}
-	wholeSum, err := Score(ctx, NewScoreOptions(cfg, whole, filepath.Join(dir, "whole.scored.jsonl")))
+	wholeSum, err := pipeline.Score(ctx, pipeline.NewScoreOptions(cfg, whole, filepath.Join(dir, "whole.scored.jsonl")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wholeEval, err := Evaluate(ctx, m, EvalOptions{Config: cfg, Data: data, Samples: 2})
+	wholeEval, err := pipeline.Evaluate(ctx, m, pipeline.EvalOptions{Config: cfg, Data: data, Samples: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	verifyIn := verifyInputFile(t, whole)
 	var wholeVerify bytes.Buffer
-	if _, err := VerifyFile(ctx, VerifyFileOptions{Verifier: cfg.Verifier, In: verifyIn, W: &wholeVerify}); err != nil {
+	if _, err := pipeline.VerifyFile(ctx, pipeline.VerifyFileOptions{Verifier: cfg.Verifier, In: verifyIn, W: &wholeVerify}); err != nil {
 		t.Fatal(err)
 	}
 	wholeResults := strings.Split(strings.TrimSpace(wholeVerify.String()), "\n")
 	wholeTF := filepath.Join(dir, "whole.tf.jsonl")
-	if _, err := TeacherForceFile(ctx, m, TeacherForceOptions{Config: cfg, In: whole, Out: wholeTF}); err != nil {
+	if _, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{Config: cfg, In: whole, Out: wholeTF}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -128,46 +68,50 @@ func TestShardUnion(t *testing.T) {
 			var rolls, sums, evals, tfs []string
 			verified := map[int]bool{}
 			for k := range n {
-				sh := Shard{K: k, N: n}
+				sh := shard.Shard{K: k, N: n}
 				out := filepath.Join(sd, fmt.Sprintf("rollouts-%d.jsonl", k))
-				if _, err := Rollout(ctx, m, RolloutOptions{Config: cfg, In: data, Out: out, NoTiming: true, Shard: sh}); err != nil {
+				if _, err := pipeline.Rollout(ctx, m, pipeline.RolloutOptions{Config: cfg, In: data, Out: out, NoTiming: true, Shard: sh}); err != nil {
 					t.Fatal(err)
 				}
 				rolls = append(rolls, out)
-				so := NewScoreOptions(cfg, whole, filepath.Join(sd, fmt.Sprintf("scored-%d.jsonl", k)))
+				so := pipeline.NewScoreOptions(cfg, whole, filepath.Join(sd, fmt.Sprintf("scored-%d.jsonl", k)))
 				so.Shard = sh
-				sum, err := Score(ctx, so)
+				sum, err := pipeline.Score(ctx, so)
 				if err != nil {
 					t.Fatal(err)
 				}
 				sp := filepath.Join(sd, fmt.Sprintf("summary-%d.json", k))
-				if err := WriteJSON(sp, sum); err != nil {
+				if err := atomicfile.WriteJSON(sp, sum); err != nil {
 					t.Fatal(err)
 				}
 				sums = append(sums, sp)
-				ev, err := Evaluate(ctx, m, EvalOptions{Config: cfg, Data: data, Samples: 2, Shard: sh})
+				ev, err := pipeline.Evaluate(ctx, m, pipeline.EvalOptions{Config: cfg, Data: data, Samples: 2, Shard: sh})
 				if err != nil {
 					t.Fatal(err)
 				}
 				ep := filepath.Join(sd, fmt.Sprintf("eval-%d.json", k))
-				if err := WriteJSON(ep, ev); err != nil {
+				if err := atomicfile.WriteJSON(ep, ev); err != nil {
 					t.Fatal(err)
 				}
 				evals = append(evals, ep)
 				tf := filepath.Join(sd, fmt.Sprintf("tf-%d.jsonl", k))
-				if _, err := TeacherForceFile(ctx, m, TeacherForceOptions{Config: cfg, In: whole, Out: tf, Shard: sh}); err != nil {
+				if _, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{Config: cfg, In: whole, Out: tf, Shard: sh}); err != nil {
 					t.Fatal(err)
 				}
 				tfs = append(tfs, tf)
 				var vout bytes.Buffer
-				if _, err := VerifyFile(ctx, VerifyFileOptions{Verifier: cfg.Verifier, In: verifyIn, Shard: sh, W: &vout}); err != nil {
+				if _, err := pipeline.VerifyFile(ctx, pipeline.VerifyFileOptions{Verifier: cfg.Verifier, In: verifyIn, Shard: sh, W: &vout}); err != nil {
 					t.Fatal(err)
 				}
 				for _, l := range strings.Split(strings.TrimSpace(vout.String()), "\n") {
 					if l == "" {
 						continue
 					}
-					var r shardResult
+					var r struct { // a shard's line of VerifyFile's output
+						Line int    `json:"line"`
+						ID   string `json:"prompt_id,omitempty"`
+						pipeline.VerifyResult
+					}
 					if err := json.Unmarshal([]byte(l), &r); err != nil || r.Line < 1 || r.Line > len(wholeResults) || verified[r.Line] || !sh.Has(r.ID) {
 						t.Fatalf("shard %s: result %s (%v)", sh, l, err)
 					}
@@ -181,7 +125,7 @@ func TestShardUnion(t *testing.T) {
 			// Shards given in any order merge the same.
 			rolls[0], rolls[n-1] = rolls[n-1], rolls[0]
 			merged := filepath.Join(sd, "merged.jsonl")
-			mr, err := MergeRollouts(rolls, merged)
+			mr, err := Rollouts(rolls, merged)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -194,7 +138,7 @@ func TestShardUnion(t *testing.T) {
 				t.Fatalf("the shards verified %d lines, want 72", len(verified))
 			}
 
-			ms, err := MergeScores(sums, filepath.Join(sd, "scored.jsonl"))
+			ms, err := Scores(sums, filepath.Join(sd, "scored.jsonl"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,7 +147,7 @@ func TestShardUnion(t *testing.T) {
 			a.In, a.Out, a.Seconds, b.In, b.Out, b.Seconds = "", "", 0, "", "", 0
 			sameJSON(t, "score summary", a, b)
 
-			me, err := MergeEval(evals)
+			me, err := Eval(evals)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,10 +166,10 @@ func TestMergeRefuses(t *testing.T) {
 	for i := range 9 {
 		lines = append(lines, fmt.Sprintf(`{"id":"q%d","prompt":"Say %d:","answer":"1"}`, i, i))
 	}
-	cfg, data := apiFixture(t, lines...)
+	cfg, data := pipelinetest.Fixture(t, lines...)
 	cfg.Rollout.Group = 2
 	cfg.Rollout.MaxTokens = 3
-	m := openModel(t, cfg)
+	m := pipelinetest.Open(t, cfg)
 	ctx := context.Background()
 	dir := t.TempDir()
 	var files []string
@@ -235,7 +179,7 @@ func TestMergeRefuses(t *testing.T) {
 		if k == 3 { // shard 2 again, with another seed
 			c.Rollout.Seed++
 		}
-		if _, err := Rollout(ctx, m, RolloutOptions{Config: c, In: data, Out: out, NoTiming: true, Shard: Shard{min(k, 2), 3}}); err != nil {
+		if _, err := pipeline.Rollout(ctx, m, pipeline.RolloutOptions{Config: c, In: data, Out: out, NoTiming: true, Shard: shard.Shard{K: min(k, 2), N: 3}}); err != nil {
 			t.Fatal(err)
 		}
 		files = append(files, out)
@@ -250,9 +194,9 @@ func TestMergeRefuses(t *testing.T) {
 		{[]string{files[0], files[1], files[3]}, "seed: 1 in the file, 0 now"},
 		{[]string{data}, "provenance"},
 	} {
-		_, err := MergeRollouts(c.in, out)
+		_, err := Rollouts(c.in, out)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("MergeRollouts(%v): %v, want an error with %q", c.in, err, c.want)
+			t.Errorf("Rollouts(%v): %v, want an error with %q", c.in, err, c.want)
 		}
 		if _, serr := os.Stat(out); serr == nil {
 			t.Fatalf("a refused merge left %s", out)
@@ -261,13 +205,13 @@ func TestMergeRefuses(t *testing.T) {
 	// A file whose provenance says shard 1 but holds shard 0's prompts.
 	b, _ := os.ReadFile(files[0])
 	os.WriteFile(files[1], b, 0o644)
-	if _, err := MergeRollouts(files[:3], out); err == nil || !strings.Contains(err.Error(), "belongs to shard") {
+	if _, err := Rollouts(files[:3], out); err == nil || !strings.Contains(err.Error(), "belongs to shard") {
 		t.Errorf("mislabelled shard: %v", err)
 	}
 }
 
 // verifyInputFile writes the answer and completion of each rollout as
-// VerifyFile's input lines.
+// pipeline.VerifyFile's input lines.
 func verifyInputFile(t *testing.T, rollouts string) string {
 	t.Helper()
 	recs, _, _, err := dataset.ReadFile[dataset.Rollout](rollouts, false)
@@ -401,4 +345,19 @@ func closeJSON(x, y any, tol float64) bool {
 		return true
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// TestMergeOutputIsNotInput: merge --out IN is refused, the input intact
+// (pipeline's TestOutputIsNotInput for the other commands).
+func TestMergeOutputIsNotInput(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "S.jsonl")
+	const content = `{"prompt_id":"p","text":"x"}` + "\n"
+	os.WriteFile(data, []byte(content), 0o644)
+	_, err := Rollouts([]string{data}, data)
+	if err == nil || !strings.Contains(err.Error(), "the output is the input") {
+		t.Errorf("got %v, want the output refused", err)
+	}
+	if b, _ := os.ReadFile(data); string(b) != content {
+		t.Fatalf("the input now holds %q", b)
+	}
 }

@@ -1,4 +1,7 @@
-package pipeline
+// Package shard splits a batch job by a stable hash of the prompt id
+// (--shard K/N, or the index from a Kubernetes Indexed Job or a Slurm array);
+// package shard/merge joins the shards' outputs.
+package shard
 
 import (
 	"errors"
@@ -46,11 +49,11 @@ func (s Shard) Has(id string) bool {
 	if s.N <= 1 {
 		return true
 	}
-	return ShardOf(id, s.N) == s.K
+	return Of(id, s.N) == s.K
 }
 
-// ShardOf is the shard (0..n-1) a prompt id belongs to among n.
-func ShardOf(id string, n int) int {
+// Of is the shard (0..n-1) a prompt id belongs to among n.
+func Of(id string, n int) int {
 	h := fnv.New64a()
 	h.Write([]byte(id))
 	return int(h.Sum64() % uint64(n))
@@ -67,8 +70,8 @@ func (s Shard) Check() error {
 	return nil
 }
 
-// ParseShard reads "K/N" (shard K of N, counted from 0).
-func ParseShard(spec string) (Shard, error) {
+// Parse reads "K/N" (shard K of N, counted from 0).
+func Parse(spec string) (Shard, error) {
 	k, n, ok := strings.Cut(strings.TrimSpace(spec), "/")
 	if !ok {
 		return Shard{}, fmt.Errorf("shard %q: want K/N, e.g. 0/8 for the first of 8 shards", spec)
@@ -82,12 +85,12 @@ func ParseShard(spec string) (Shard, error) {
 	return s, s.Check()
 }
 
-// ResolveShard is the shard a process of a batch job takes: spec "K/N" when
+// Resolve is the shard a process of a batch job takes: spec "K/N" when
 // given; else, with count N > 0, K from JOB_COMPLETION_INDEX (a Kubernetes
 // Indexed Job) or SLURM_ARRAY_TASK_ID (less SLURM_ARRAY_TASK_MIN, so that
 // --array=1-8 works too); spec "env" takes both K and N from Slurm's
 // variables. getenv is os.Getenv when nil. Neither given: the whole job.
-func ResolveShard(spec string, count int, getenv func(string) string) (Shard, error) {
+func Resolve(spec string, count int, getenv func(string) string) (Shard, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
@@ -95,7 +98,7 @@ func ResolveShard(spec string, count int, getenv func(string) string) (Shard, er
 	case spec != "" && spec != "env" && count > 0:
 		return Shard{}, errors.New("give the shard as K/N or the shard count, not both")
 	case spec != "" && spec != "env":
-		return ParseShard(spec)
+		return Parse(spec)
 	case count < 0:
 		return Shard{}, fmt.Errorf("shard count %d: want >= 1", count)
 	case spec == "" && count == 0:
@@ -147,17 +150,17 @@ func envIndex(getenv func(string) string) (int, error) {
 		EnvJobCompletionIndex, EnvSlurmTaskID)
 }
 
-// shardKey is what a record is sharded by: its prompt id, or its line for
+// Key is what a record is sharded by: its prompt id, or its line for
 // a record without one (the same file then shards the same way).
-func shardKey(id string, line int) string {
+func Key(id string, line int) string {
 	if id != "" {
 		return id
 	}
 	return "#" + strconv.Itoa(line)
 }
 
-// shardFilter returns the elements of xs whose id (by id) is in the shard.
-func shardFilter[T any](s Shard, xs []T, id func(*T) string) []T {
+// Filter returns the elements of xs whose id (by id) is in the shard.
+func Filter[T any](s Shard, xs []T, id func(*T) string) []T {
 	if !s.Enabled() {
 		return xs
 	}

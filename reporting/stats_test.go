@@ -1,4 +1,4 @@
-package pipeline
+package reporting
 
 import (
 	"math"
@@ -57,7 +57,7 @@ func TestExperimentTables(t *testing.T) {
 			a.Seeds = append(a.Seeds, SeedResult{Seed: uint64(i + 1), AccBefore: 0.5, AccAfter: acc, SampledTokens: 8 + acc,
 				ZeroStd: 0.3, Fixed: 40, Broken: 10, McNemarP: mcNemarP(40, 10)})
 		}
-		a.summarise()
+		a.Summarise()
 		return a
 	}
 	one := ExperimentTable([]ArmResult{mk("binary_grpo", 0.6)}, 1)

@@ -1,12 +1,16 @@
-package pipeline
+package dataset
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"os"
+)
 
-	"github.com/parquet-go/parquet-go"
-
-	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/atomicfile"
+// Export formats.
+const (
+	FormatJSONL   = "jsonl"
+	FormatParquet = "parquet"
 )
 
 // Export layouts: which columns a training set has and what they are
@@ -27,11 +31,11 @@ const (
 	SchemaTrainVerl = "confclip.train.verl/v1"
 )
 
-// trlRow is one completion under the names of TRL's GRPOTrainer batch
+// TRLRow (LayoutTRL) is one completion under the names of TRL's GRPOTrainer batch
 // (prompt_ids, completion_ids, completion_mask, advantages,
 // old_per_token_logps) and of its datasets (prompt, completion; solution for
 // its accuracy reward; label for KTO).
-type trlRow struct {
+type TRLRow struct {
 	Schema   string `json:"schema" parquet:"schema"`
 	PromptID string `json:"prompt_id" parquet:"prompt_id"`
 	Sample   int    `json:"sample" parquet:"sample"`
@@ -51,19 +55,19 @@ type trlRow struct {
 	Reward           float64   `json:"reward" parquet:"reward"`
 }
 
-// verlRewardModel is verl's reward_model column, as its data preprocessing
+// VerlRewardModel is verl's reward_model column, as its data preprocessing
 // writes it and its reward managers read it.
-type verlRewardModel struct {
+type VerlRewardModel struct {
 	GroundTruth string `json:"ground_truth" parquet:"ground_truth"`
 	Style       string `json:"style" parquet:"style"`
 }
 
-// verlRow is one completion under the names of verl's DataProto batch
+// VerlRow (LayoutVerl) is one completion under the names of verl's DataProto batch
 // (prompts, responses, response_mask, input_ids, attention_mask,
 // position_ids, old_log_probs, advantages, returns, token_level_scores,
 // token_level_rewards) and non-tensor batch (uid groups a prompt's
 // responses for GRPO; data_source, reward_model), with the text beside it.
-type verlRow struct {
+type VerlRow struct {
 	Schema            string          `json:"schema" parquet:"schema"`
 	UID               string          `json:"uid" parquet:"uid"`
 	Sample            int             `json:"sample" parquet:"sample"`
@@ -71,7 +75,7 @@ type verlRow struct {
 	ExtraInfo         map[string]any  `json:"extra_info,omitempty" parquet:"-"` // the prompt's, in JSONL
 	Prompt            string          `json:"prompt" parquet:"prompt"`
 	Response          string          `json:"response" parquet:"response"`
-	RewardModel       verlRewardModel `json:"reward_model" parquet:"reward_model"`
+	RewardModel       VerlRewardModel `json:"reward_model" parquet:"reward_model"`
 	Prompts           []int32         `json:"prompts" parquet:"prompts,list"`
 	Responses         []int32         `json:"responses" parquet:"responses,list"`
 	ResponseMask      []int32         `json:"response_mask" parquet:"response_mask,list"`
@@ -85,17 +89,19 @@ type verlRow struct {
 	TokenLevelRewards []float64       `json:"token_level_rewards" parquet:"token_level_rewards,list"`
 }
 
-func toTRL(ex dataset.TrainExample, correct bool) trlRow {
+// ToTRL is an example as a TRL row; correct is its verifier verdict.
+func ToTRL(ex TrainExample, correct bool) TRLRow {
 	var prompt any = ex.Prompt
 	if len(ex.Messages) > 0 {
 		prompt = ex.Messages
 	}
-	return trlRow{Schema: SchemaTrainTRL, PromptID: ex.PromptID, Sample: ex.Sample, Prompt: prompt, PromptText: ex.Prompt, Completion: ex.Completion,
+	return TRLRow{Schema: SchemaTrainTRL, PromptID: ex.PromptID, Sample: ex.Sample, Prompt: prompt, PromptText: ex.Prompt, Completion: ex.Completion,
 		Solution: ex.Answer, Label: correct, PromptIDs: ex.PromptIDs, CompletionIDs: ex.CompletionIDs, CompletionMask: ex.CompletionMask,
 		Advantages: ex.Advantage, OldPerTokenLogps: ex.OldLogprobs, Reward: ex.Reward}
 }
 
-func toVerl(ex dataset.TrainExample) verlRow {
+// ToVerl is an example as a verl row.
+func ToVerl(ex TrainExample) VerlRow {
 	np, n := len(ex.PromptIDs), len(ex.CompletionIDs)
 	ids := append(append(make([]int32, 0, np+n), ex.PromptIDs...), ex.CompletionIDs...)
 	attn, pos := make([]int32, np+n), make([]int32, np+n)
@@ -113,53 +119,54 @@ func toVerl(ex dataset.TrainExample) verlRow {
 		source = s
 	}
 	extra, _ := ex.Meta["extra_info"].(map[string]any)
-	return verlRow{Schema: SchemaTrainVerl, UID: ex.PromptID, Sample: ex.Sample, DataSource: source, ExtraInfo: extra,
-		Prompt: ex.Prompt, Response: ex.Completion, RewardModel: verlRewardModel{GroundTruth: ex.Answer, Style: "rule"},
+	return VerlRow{Schema: SchemaTrainVerl, UID: ex.PromptID, Sample: ex.Sample, DataSource: source, ExtraInfo: extra,
+		Prompt: ex.Prompt, Response: ex.Completion, RewardModel: VerlRewardModel{GroundTruth: ex.Answer, Style: "rule"},
 		Prompts: ex.PromptIDs, Responses: ex.CompletionIDs, ResponseMask: ex.CompletionMask, InputIDs: ids, AttentionMask: attn,
 		PositionIDs: pos, OldLogProbs: ex.OldLogprobs, Advantages: ex.Advantages, Returns: ex.Advantages,
 		TokenLevelScores: scores, TokenLevelRewards: scores}
 }
 
-// layoutWriter writes one layout's rows in one file format.
-type layoutWriter struct {
+// TrainWriter writes a training set: one layout's rows in one file format,
+// atomically (Commit renames it into place; Abort leaves nothing).
+type TrainWriter struct {
 	layout string
-	jsonl  *dataset.Writer
-	pq     interface {
-		write(ex dataset.TrainExample, correct bool) error
-		commit() error
-		abort()
-	}
+	jsonl  *Writer
+	pq     ParquetWriter
 }
 
-func (w *layoutWriter) Write(ex dataset.TrainExample, correct bool) error {
+// Write adds one example; correct is its verifier verdict (TRL's label).
+func (w *TrainWriter) Write(ex TrainExample, correct bool) error {
 	if w.jsonl != nil {
 		switch w.layout {
 		case LayoutTRL:
-			return w.jsonl.Write(toTRL(ex, correct))
+			return w.jsonl.Write(ToTRL(ex, correct))
 		case LayoutVerl:
-			return w.jsonl.Write(toVerl(ex))
+			return w.jsonl.Write(ToVerl(ex))
 		}
 		return w.jsonl.Write(ex)
 	}
-	return w.pq.write(ex, correct)
+	return w.pq.Write(ex, correct)
 }
 
-func (w *layoutWriter) Commit() error {
+// Commit finishes the file and renames it into place.
+func (w *TrainWriter) Commit() error {
 	if w.jsonl != nil {
 		return w.jsonl.Commit()
 	}
-	return w.pq.commit()
+	return w.pq.Commit()
 }
 
-func (w *layoutWriter) Abort() {
+// Abort removes the partial file.
+func (w *TrainWriter) Abort() {
 	if w.jsonl != nil {
 		w.jsonl.Abort()
 		return
 	}
-	w.pq.abort()
+	w.pq.Abort()
 }
 
-func checkLayout(layout string) (string, error) {
+// CheckLayout returns the layout a name stands for ("" is LayoutConfclip).
+func CheckLayout(layout string) (string, error) {
 	switch layout {
 	case "", LayoutConfclip:
 		return LayoutConfclip, nil
@@ -169,70 +176,97 @@ func checkLayout(layout string) (string, error) {
 	return "", fmt.Errorf("export layout %q: want %s, %s or %s", layout, LayoutConfclip, LayoutTRL, LayoutVerl)
 }
 
-func createLayoutWriter(path, format, layout string) (*layoutWriter, error) {
-	w := &layoutWriter{layout: layout}
+// CreateTrainWriter starts a training set at path in format (FormatJSONL or
+// FormatParquet) and layout.
+func CreateTrainWriter(path, format, layout string) (*TrainWriter, error) {
+	w := &TrainWriter{layout: layout}
 	if format != FormatParquet {
-		jw, err := dataset.Create(path)
+		jw, err := Create(path)
 		if err != nil {
 			return nil, err
 		}
 		w.jsonl = jw
 		return w, nil
 	}
-	var err error
-	switch layout {
-	case LayoutTRL:
-		w.pq, err = newPQ(path, layout, func(ex dataset.TrainExample, c bool) trlRow { return toTRL(ex, c) })
-	case LayoutVerl:
-		w.pq, err = newPQ(path, layout, func(ex dataset.TrainExample, _ bool) verlRow { return toVerl(ex) })
-	default:
-		w.pq, err = newPQ(path, layout, func(ex dataset.TrainExample, _ bool) dataset.TrainExample { return ex })
-	}
+	c, err := parquetCodec(path)
 	if err != nil {
+		return nil, err
+	}
+	if w.pq, err = c.CreateTrain(path, layout); err != nil {
 		return nil, err
 	}
 	return w, nil
 }
 
-// pqWriter writes Parquet (zstd) rows of type T to a temporary file beside
-// the target, renamed into place on commit.
-type pqWriter[T any] struct {
-	path string
-	f    *atomicfile.File
-	pw   *parquet.GenericWriter[T]
-	conv func(dataset.TrainExample, bool) T
-	row  [1]T
-}
+// parquetMagic opens and closes every Parquet file.
+var parquetMagic = []byte("PAR1")
 
-// metaLayout is the Parquet key-value metadata key that names the layout.
-const metaLayout = "confclip.layout"
-
-func newPQ[T any](path, layout string, conv func(dataset.TrainExample, bool) T) (*pqWriter[T], error) {
-	f, err := atomicfile.Create(path)
+// ReadTrainExamples reads a training set written by Export, in either format
+// (Parquet is recognised by its magic bytes, whatever the file's name).
+// JSONL records of another schema are refused with their file and line.
+func ReadTrainExamples(path string) ([]TrainExample, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	pw := parquet.NewGenericWriter[T](f,
-		parquet.Compression(&parquet.Zstd),
-		parquet.KeyValueMetadata("confclip.schema", dataset.SchemaTrain),
-		parquet.KeyValueMetadata(metaLayout, layout))
-	return &pqWriter[T]{path: path, f: f, pw: pw, conv: conv}, nil
-}
-
-func (w *pqWriter[T]) write(ex dataset.TrainExample, correct bool) error {
-	w.row[0] = w.conv(ex, correct)
-	if _, err := w.pw.Write(w.row[:]); err != nil {
-		return fmt.Errorf("%s: %w", w.path, err)
+	head := make([]byte, len(parquetMagic))
+	_, rerr := io.ReadFull(f, head) // a file shorter than the magic is not Parquet
+	f.Close()
+	if rerr == nil && bytes.Equal(head, parquetMagic) {
+		c, err := parquetCodec(path)
+		if err != nil {
+			return nil, err
+		}
+		return c.ReadTrainExamples(path)
 	}
-	return nil
-}
-
-func (w *pqWriter[T]) commit() error {
-	if err := w.pw.Close(); err != nil {
-		w.f.Abort()
-		return fmt.Errorf("%s: %w", w.path, err)
+	exs, lines, _, err := ReadFile[TrainExample](path, false)
+	if err != nil {
+		return nil, err
 	}
-	return w.f.Commit()
+	for i, ex := range exs {
+		if ex.Schema != "" && ex.Schema != SchemaTrain {
+			err := fmt.Errorf("schema %q: want %q", ex.Schema, SchemaTrain)
+			if ex.Schema == SchemaTrainTRL || ex.Schema == SchemaTrainVerl {
+				err = fmt.Errorf("schema %q: an export for another trainer; export again without --format trl|verl for confclip train", ex.Schema)
+			}
+			return nil, &LineError{File: path, Line: lines[i], Err: err}
+		}
+	}
+	return exs, nil
 }
 
-func (w *pqWriter[T]) abort() { w.f.Abort() }
+// MetaLayout is the Parquet key-value metadata key that names the layout.
+const MetaLayout = "confclip.layout"
+
+// ParquetCodec reads and writes this package's Parquet files. Package
+// dataset/parquetio implements it and registers itself when linked in.
+type ParquetCodec interface {
+	// ReadRows reads every row of a Parquet file as a generic object
+	// (nested structs as objects, lists as []any), whatever its schema.
+	ReadRows(path string) ([]map[string]any, error)
+	// ReadTrainExamples reads a training set written in LayoutConfclip.
+	ReadTrainExamples(path string) ([]TrainExample, error)
+	// CreateTrain starts a training set in a layout, written atomically.
+	CreateTrain(path, layout string) (ParquetWriter, error)
+}
+
+// ParquetWriter writes one training set's rows.
+type ParquetWriter interface {
+	Write(ex TrainExample, correct bool) error
+	Commit() error
+	Abort()
+}
+
+var registered ParquetCodec
+
+// RegisterParquet makes c the codec for Parquet files.
+func RegisterParquet(c ParquetCodec) { registered = c }
+
+// parquetCodec is the registered codec, or an error naming the file when
+// this program was built without one.
+func parquetCodec(path string) (ParquetCodec, error) {
+	if registered == nil {
+		return nil, fmt.Errorf("%s: Parquet, and this program was built without Parquet support (import github.com/confclip/confclip/dataset/parquetio)", path)
+	}
+	return registered, nil
+}
