@@ -97,8 +97,13 @@ class Block(nn.Module):
         rep = self.heads // self.heads_kv
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        causal = cache is None or t > 1
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=causal and k.shape[2] == t)
+        # attention written out: Debian's torch 1.13 has no
+        # scaled_dot_product_attention; a causal mask when the queries are
+        # the keys' positions (no cache or a prompt)
+        s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.hd))
+        if t > 1:
+            s = s + torch.full((t, k.shape[2]), float("-inf")).triu(k.shape[2] - t + 1)
+        a = torch.matmul(torch.softmax(s, dim=-1), v)
         x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
         h = self.ffn_norm(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
