@@ -39,7 +39,7 @@ type decodeRun struct {
 // cache, flash attention auto) and an F32 cache without flash attention.
 var decodeConfigs = map[string]llama.ContextParams{
 	"default":      {NCtx: 256, Threads: 2},
-	"f32-no-fattn": {NCtx: 256, Threads: 2, TypeK: "f32", TypeV: "f32", FlashAttn: "off"},
+	"f32-no-fattn": {NCtx: 256, Threads: 2, TypeK: llama.KVF32, TypeV: llama.KVF32, FlashAttn: llama.FlashAttnOff},
 }
 
 // crossCPUBound is how far a sampled logit may be from the recorded one
@@ -71,7 +71,7 @@ func decodeLogits(t *testing.T, m *llama.Model, p llama.ContextParams) [][]float
 	defer c.Close()
 	toks := []llama.Token{1, 270, 281, 292, 303, 314, 325, 336, 347, 358, 369, 380}
 	b := llama.NewBatch(len(toks), 1)
-	defer b.Free()
+	defer b.Close()
 	var out [][]float32
 	run := func(from, to int) {
 		b.Clear()

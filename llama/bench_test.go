@@ -95,7 +95,7 @@ func BenchmarkGoAgainstC(b *testing.B) {
 	}
 	const gen = 32
 	batch := llama.NewBatch(512, 1)
-	defer batch.Free()
+	defer batch.Close()
 
 	var goPre, cPre, goAll, cAll time.Duration
 	var goTok, cTok int

@@ -21,9 +21,9 @@ type ContextParams struct {
 	NUBatch   int    // tokens per compute step (0 = min(NBatch, 512))
 	NSeqMax   int    // most sequences in flight (0 = 1)
 	Threads   int    // 0 = the machine's cores
-	FlashAttn string // a FlashAttn's name: "auto" (default), "on" or "off"; parsed by ParseFlashAttn
-	TypeK     string // a KVType's name for K: "f16" (default), "f32", "q8_0", ...; parsed by ParseKVType
-	TypeV     string // likewise for V
+	FlashAttn FlashAttn // FlashAttnAuto (the zero value), FlashAttnOn or FlashAttnOff
+	TypeK     KVType    // the K cache's type; KVDefault (the zero value) is llama.cpp's f16
+	TypeV     KVType    // likewise for V
 	// TrainingGraphs sizes the compute graph for PGEval's backward pass
 	// (several times the forward graph's nodes).
 	TrainingGraphs bool
@@ -157,23 +157,21 @@ func ParseKVType(s string) (KVType, error) {
 }
 
 // cacheParams sets the context parameters' flash attention and KV cache
-// types from their names, parsed once here.
+// types; a value out of range is an error.
 func (p ContextParams) cacheParams(cp *C.struct_llama_context_params) error {
-	fa, err := ParseFlashAttn(p.FlashAttn)
-	if err != nil {
-		return err
+	if p.FlashAttn < 0 || int(p.FlashAttn) >= len(flashAttns) {
+		return fmt.Errorf("llama: flash attention %v: want auto, on or off", p.FlashAttn)
 	}
-	cp.flash_attn_type = flashAttns[fa].c
+	cp.flash_attn_type = flashAttns[p.FlashAttn].c
 	for _, kv := range []struct {
-		name string
-		dst  *C.enum_ggml_type
+		t   KVType
+		dst *C.enum_ggml_type
 	}{{p.TypeK, &cp.type_k}, {p.TypeV, &cp.type_v}} {
-		t, err := ParseKVType(kv.name)
-		if err != nil {
-			return err
+		if kv.t < 0 || int(kv.t) >= len(kvTypes) {
+			return fmt.Errorf("llama: KV cache type %v out of range", kv.t)
 		}
-		if t != KVDefault {
-			*kv.dst = kvTypes[t].c
+		if kv.t != KVDefault {
+			*kv.dst = kvTypes[kv.t].c
 		}
 	}
 	return nil
@@ -479,17 +477,12 @@ func (b *Batch) Err() error { return b.err }
 
 // Close releases the batch. It is safe to call twice.
 func (b *Batch) Close() error {
-	b.Free()
-	return nil
-}
-
-// Free is Close without a result.
-func (b *Batch) Free() {
 	if b.cap > 0 {
 		b.cleanup.Stop()
 		C.llama_batch_free(b.b)
 		b.cap, b.n = 0, 0
 	}
+	return nil
 }
 
 func (b *Batch) closed() bool { return b == nil || b.cap == 0 }

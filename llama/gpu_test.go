@@ -103,7 +103,7 @@ func TestGPULogitsMatchCPU(t *testing.T) {
 	for _, withAdapter := range []bool{false, true} {
 		var rows [2][]float32
 		for i, m := range []*llama.Model{cpuM, gpuM} {
-			c := newCtx(t, m, llama.ContextParams{NCtx: 256, TypeK: "f32", TypeV: "f32", FlashAttn: "off"})
+			c := newCtx(t, m, llama.ContextParams{NCtx: 256, TypeK: llama.KVF32, TypeV: llama.KVF32, FlashAttn: llama.FlashAttnOff})
 			if withAdapter {
 				a, err := llama.LoadAdapter(m, adapterPath)
 				if err != nil {
@@ -181,7 +181,7 @@ func TestGPUGreedyStories(t *testing.T) {
 		}
 		gens[i] = greedy(t, m, prompt, 60)
 		// Log-probs of the generated tokens, teacher-forced in one batch.
-		c := newCtx(t, m, llama.ContextParams{NCtx: 256, TypeK: "f32", TypeV: "f32", FlashAttn: "off"})
+		c := newCtx(t, m, llama.ContextParams{NCtx: 256, TypeK: llama.KVF32, TypeV: llama.KVF32, FlashAttn: llama.FlashAttnOff})
 		all := append(append([]llama.Token{}, prompt...), gens[i]...)
 		rows := decodeOne(t, c, all, 0)
 		for k := len(prompt) - 1; k < len(all)-1; k++ {

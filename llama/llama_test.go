@@ -116,7 +116,7 @@ func TestChatTemplate(t *testing.T) {
 func decodeOne(t testing.TB, c *llama.Context, toks []llama.Token, seq int) [][]float32 {
 	t.Helper()
 	b := llama.NewBatch(len(toks), 1)
-	defer b.Free()
+	defer b.Close()
 	for i, tok := range toks {
 		if _, err := b.Add(tok, i, []int{seq}, true); err != nil {
 			t.Fatal(err)
@@ -164,7 +164,7 @@ func TestDecodeBatchedEqualsSingle(t *testing.T) {
 	// Both sequences in one batch.
 	c := newCtx(t, m, llama.ContextParams{NCtx: 256, NSeqMax: 2})
 	b := llama.NewBatch(len(toksA)+len(toksB), 1)
-	defer b.Free()
+	defer b.Close()
 	for i, tok := range toksA {
 		b.Add(tok, i, []int{0}, true)
 	}
@@ -194,7 +194,7 @@ func TestSeqCopySharesPrompt(t *testing.T) {
 	c := newCtx(t, m, llama.ContextParams{NCtx: 256, NSeqMax: 4})
 	prompt, _ := m.Tokenize("12+7=", true, false)
 	b := llama.NewBatch(64, 4)
-	defer b.Free()
+	defer b.Close()
 	// The prompt is decoded once, tagged with all four sequences.
 	for i, tok := range prompt {
 		b.Add(tok, i, []int{0, 1, 2, 3}, i == len(prompt)-1)
@@ -257,7 +257,7 @@ func TestDecodeBadInput(t *testing.T) {
 		b := llama.NewBatch(128, 1)
 		tc.fill(b)
 		err := c.Decode(b)
-		b.Free()
+		b.Close()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to say %q", tc.name, err, tc.want)
 		}
@@ -265,7 +265,7 @@ func TestDecodeBadInput(t *testing.T) {
 	// Decoding past the context: fill all 256 cells, then one more.
 	c.ClearKV()
 	b := llama.NewBatch(64, 1)
-	defer b.Free()
+	defer b.Close()
 	for p := 0; p < 256; p += 64 {
 		b.Clear()
 		for i := 0; i < 64; i++ {

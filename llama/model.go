@@ -8,6 +8,7 @@ package llama
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -295,7 +296,7 @@ func (m *Model) ChatTemplate() string {
 }
 
 // ErrInvalidUTF8 is returned for text that is not valid UTF-8.
-var ErrInvalidUTF8 = fmt.Errorf("text is not valid UTF-8")
+var ErrInvalidUTF8 = errors.New("text is not valid UTF-8")
 
 // Tokenize turns text into token ids. addSpecial adds BOS (and EOS) as the
 // model asks; parseSpecial lets special tokens such as <|im_start|> in the

@@ -29,7 +29,7 @@ func TestPGEvalErrorRestoresContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	c, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NUBatch: 256, Threads: 2, FlashAttn: "on"})
+	c, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NUBatch: 256, Threads: 2, FlashAttn: llama.FlashAttnOn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestPGEvalErrorRestoresContext(t *testing.T) {
 	decode := func() []float32 {
 		c.ClearKV()
 		b := llama.NewBatch(len(toks), 1)
-		defer b.Free()
+		defer b.Close()
 		for i, tok := range toks {
 			b.Add(tok, i, []int{0}, i == len(toks)-1)
 		}

@@ -482,7 +482,7 @@ func loadChild(path string) int {
 		return 1
 	}
 	b := llama.NewBatch(len(toks), 1)
-	defer b.Free()
+	defer b.Close()
 	for i, tok := range toks {
 		if tok < 0 || int(tok) >= m.NVocab() {
 			return 1

@@ -31,3 +31,23 @@ func TestContextSettingNames(t *testing.T) {
 		t.Errorf("q3_k: %v", err)
 	}
 }
+
+// TestContextSettingsOutOfRange: NewContext refuses a flash attention or
+// KV cache value that is none of the named ones, before llama.cpp sees it.
+func TestContextSettingsOutOfRange(t *testing.T) {
+	m, err := llama.LoadModel(tinyPath, llama.ModelParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, p := range []llama.ContextParams{
+		{NCtx: 256, FlashAttn: llama.FlashAttn(7)},
+		{NCtx: 256, TypeK: llama.KVType(-1)},
+		{NCtx: 256, TypeV: llama.KVType(42)},
+	} {
+		if c, err := llama.NewContext(m, p); err == nil {
+			c.Close()
+			t.Errorf("%+v: accepted", p)
+		}
+	}
+}

@@ -16,7 +16,7 @@ func greedy(t *testing.T, m *llama.Model, prompt []llama.Token, n int) []llama.T
 	t.Helper()
 	c := newCtx(t, m, llama.ContextParams{NCtx: 512})
 	b := llama.NewBatch(len(prompt)+1, 1)
-	defer b.Free()
+	defer b.Close()
 	for i, tok := range prompt {
 		b.Add(tok, i, []int{0}, i == len(prompt)-1)
 	}

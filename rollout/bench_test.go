@@ -121,7 +121,7 @@ func BenchmarkEngineVsReference(b *testing.B) {
 				Threads: runtime.NumCPU(), Sampling: sampler.Params{Temperature: 0}})
 			o := e.Options()
 			ours, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
-				Threads: runtime.NumCPU(), FlashAttn: o.FlashAttn, TypeK: o.KVType, TypeV: o.KVType})
+				Threads: runtime.NumCPU(), FlashAttn: o.FlashAttnMode(), TypeK: o.KVCacheType(), TypeV: o.KVCacheType()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -211,7 +211,7 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 					Threads: threads, Sampling: sampler.Params{Temperature: 1}})
 				o := e.Options()
 				ref, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
-					Threads: threads, FlashAttn: o.FlashAttn, TypeK: o.KVType, TypeV: o.KVType})
+					Threads: threads, FlashAttn: o.FlashAttnMode(), TypeK: o.KVCacheType(), TypeV: o.KVCacheType()})
 				if err != nil {
 					b.Fatal(err)
 				}

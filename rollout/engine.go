@@ -57,14 +57,18 @@ type Options struct {
 	NBatch  int // most tokens one decode takes; 0 = max(512, Parallel)
 	Threads int // 0 = DefaultThreads(model): by the model's size, at most the cores
 	// KVType is the KV cache's type: "f32" (default) or "f16", "q8_0", ...
-	// A rounded cache makes the log-probs depend on how tokens were
-	// batched: f16 costs about 1e-3 of agreement with teacher forcing.
+	// (llama.ParseKVType's names). A rounded cache makes the log-probs
+	// depend on how tokens were batched: f16 costs about 1e-3 of agreement
+	// with teacher forcing.
 	KVType string
 	// FlashAttn is "off" (default), "on" or "auto". llama.cpp's CPU flash
 	// attention rounds Q, K and V to f16 (log-probs then move by about 3e-3
 	// with batch composition); off, rollout and teacher-forced log-probs
 	// agree to about 1e-6.
 	FlashAttn string
+	// kv and fa are KVType and FlashAttn parsed, once, by NewEngine.
+	kv llama.KVType
+	fa llama.FlashAttn
 	// NoTiming leaves the timing out of the records, whose bytes then depend
 	// only on the options, the prompts and the model.
 	NoTiming bool
@@ -74,6 +78,14 @@ type Options struct {
 	// nothing.
 	TopLogprobs int
 }
+
+// KVCacheType is KVType parsed; set by NewEngine (Engine.Options), the
+// default (llama.KVDefault) before.
+func (o Options) KVCacheType() llama.KVType { return o.kv }
+
+// FlashAttnMode is FlashAttn parsed; set by NewEngine (Engine.Options),
+// llama.FlashAttnAuto before.
+func (o Options) FlashAttnMode() llama.FlashAttn { return o.fa }
 
 func (o *Options) defaults() error {
 	if o.Group == 0 {
@@ -87,6 +99,13 @@ func (o *Options) defaults() error {
 	}
 	if o.FlashAttn == "" {
 		o.FlashAttn = "off"
+	}
+	var err error
+	if o.kv, err = llama.ParseKVType(o.KVType); err != nil {
+		return fmt.Errorf("rollout: %w", err)
+	}
+	if o.fa, err = llama.ParseFlashAttn(o.FlashAttn); err != nil {
+		return fmt.Errorf("rollout: %w", err)
 	}
 	if o.NBatch == 0 {
 		o.NBatch = max(512, o.Parallel)
@@ -178,7 +197,7 @@ func (e *Engine) Close() error {
 		e.ctx = nil
 	}
 	if e.batch != nil {
-		e.batch.Free()
+		err = errors.Join(err, e.batch.Close())
 		e.batch = nil
 	}
 	return err
@@ -220,7 +239,7 @@ func (e *Engine) ensureContext(nctx int) error {
 	e.Close()
 	c, err := llama.NewContext(e.m, llama.ContextParams{
 		NCtx: nctx, NBatch: e.o.NBatch, NSeqMax: e.o.Parallel, Threads: e.o.Threads,
-		FlashAttn: e.o.FlashAttn, TypeK: e.o.KVType, TypeV: e.o.KVType,
+		FlashAttn: e.o.fa, TypeK: e.o.kv, TypeV: e.o.kv,
 	})
 	if err != nil {
 		return err

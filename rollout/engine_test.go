@@ -535,7 +535,7 @@ func TestReferenceLoop(t *testing.T) {
 	e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 20, Parallel: 4, NCtx: 4 * 64, Sampling: sampler.Params{Temperature: 0}})
 	prompt := "What is 12+7?"
 	recs, st := generate(t, e, []dataset.Prompt{{ID: "r", Prompt: prompt}})
-	ref, err := llama.NewContext(m, llama.ContextParams{NCtx: 4 * 64, NSeqMax: 4, FlashAttn: "off", TypeK: "f32", TypeV: "f32"})
+	ref, err := llama.NewContext(m, llama.ContextParams{NCtx: 4 * 64, NSeqMax: 4, FlashAttn: llama.FlashAttnOff, TypeK: llama.KVF32, TypeV: llama.KVF32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -711,5 +711,31 @@ func TestTopLogprobs(t *testing.T) {
 	o.TopLogprobs = 21
 	if _, err := rollout.NewEngine(m, o); err == nil {
 		t.Fatal("TopLogprobs 21 accepted")
+	}
+}
+
+// TestCacheSettingsParsedOnce: NewEngine parses the KV cache type and flash
+// attention names once (the defaults f32 and off, or the names given) and
+// refuses an unknown one at creation, naming it, before any context exists.
+func TestCacheSettingsParsedOnce(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	o := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 4}).Options()
+	if o.KVCacheType() != llama.KVF32 || o.FlashAttnMode() != llama.FlashAttnOff {
+		t.Errorf("defaults: KV %v, flash attention %v; want f32, off", o.KVCacheType(), o.FlashAttnMode())
+	}
+	o = newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 4, KVType: "q8_0", FlashAttn: "auto"}).Options()
+	if o.KVCacheType() != llama.KVQ8_0 || o.FlashAttnMode() != llama.FlashAttnAuto {
+		t.Errorf("q8_0, auto: KV %v, flash attention %v", o.KVCacheType(), o.FlashAttnMode())
+	}
+	for _, bad := range []rollout.Options{{KVType: "q3_k"}, {FlashAttn: "yes"}} {
+		e, err := rollout.NewEngine(m, bad)
+		if err == nil {
+			e.Close()
+			t.Errorf("%+v: accepted", bad)
+			continue
+		}
+		if name := bad.KVType + bad.FlashAttn; !strings.Contains(err.Error(), name) {
+			t.Errorf("%+v: error %q does not name %q", bad, err, name)
+		}
 	}
 }

@@ -123,20 +123,14 @@ func (o Objective) TokenLoss(a float64, lp TokenLogProbs) TokenTerm {
 }
 
 // SeqNorms gives each sequence's factor z_i in L = sum_i z_i sum_t l_{i,t}
-// for the aggregation agg, from the completion lengths. A masked
+// for the aggregation a, from the completion lengths. A masked
 // completion (advantage.mask_truncated) has z = 0 and leaves the
 // denominators too: it counts neither in the tokens of token_mean nor in
 // the G of the other two.
-func SeqNorms(agg string, lens []int, masked []bool, maxTokens int) ([]float64, error) {
-	a, err := ParseAggregation(agg)
-	if err != nil {
-		return nil, err
+func SeqNorms(a Aggregation, lens []int, masked []bool, maxTokens int) ([]float64, error) {
+	if a < 0 || int(a) >= len(aggNames) {
+		return nil, fmt.Errorf("unknown loss aggregation %v", a)
 	}
-	return a.Norms(lens, masked, maxTokens)
-}
-
-// Norms is SeqNorms for a parsed aggregation.
-func (a Aggregation) Norms(lens []int, masked []bool, maxTokens int) ([]float64, error) {
 	z := make([]float64, len(lens))
 	g, tokens := 0, 0
 	for i, n := range lens {

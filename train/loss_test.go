@@ -63,7 +63,7 @@ func TestBatchLossGradient(t *testing.T) {
 	ref := [][]float32{{-0.6, -1.3, -1.9}, {-0.4}, {-1.0, -0.3}, {-0.9, -1.0, -0.7, -0.2}}
 	lens := []int{3, 1, 2, 4}
 	masked := []bool{false, false, true, false}
-	for _, agg := range []string{TokenMean, SeqMeanTokenMean, SeqMeanTokenSumNorm} {
+	for _, agg := range []Aggregation{AggTokenMean, AggSeqMeanTokenMean, AggSeqMeanTokenSumNorm} {
 		z, err := SeqNorms(agg, lens, masked, 8)
 		if err != nil {
 			t.Fatal(err)
@@ -103,7 +103,7 @@ func TestBatchLossGradient(t *testing.T) {
 func TestBatchLossOnPolicy(t *testing.T) {
 	adv := []float64{0.5, -1.5}
 	cur := [][]float32{{-1, -2}, {-0.5, -0.5, -3}}
-	z, _ := SeqNorms(TokenMean, []int{2, 3}, nil, 0)
+	z, _ := SeqNorms(AggTokenMean, []int{2, 3}, nil, 0)
 	b, err := Objective{EpsLow: 0.2, EpsHigh: 0.2}.Loss(adv, cur, nil, nil, z, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,11 @@ func TestSeqNorms(t *testing.T) {
 		{SeqMeanTokenSumNorm, nil, []float64{1.0 / 24, 1.0 / 24, 1.0 / 24}},
 		{"dr_grpo", []bool{false, false, true}, []float64{1.0 / 16, 1.0 / 16, 0}},
 	} {
-		z, err := SeqNorms(tc.agg, lens, tc.masked, 8)
+		agg, err := ParseAggregation(tc.agg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		z, err := SeqNorms(agg, lens, tc.masked, 8)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,10 +155,13 @@ func TestSeqNorms(t *testing.T) {
 			}
 		}
 	}
-	if _, err := SeqNorms("mean", lens, nil, 8); err == nil {
+	if _, err := ParseAggregation("mean"); err == nil {
 		t.Error("unknown aggregation accepted")
 	}
-	if _, err := SeqNorms(SeqMeanTokenSumNorm, lens, nil, 0); err == nil {
+	if _, err := SeqNorms(Aggregation(7), lens, nil, 8); err == nil {
+		t.Error("out-of-range aggregation accepted")
+	}
+	if _, err := SeqNorms(AggSeqMeanTokenSumNorm, lens, nil, 0); err == nil {
 		t.Error("seq_mean_token_sum_norm without max tokens accepted")
 	}
 	if agg, _ := LossAgg("bnpo"); agg != TokenMean {

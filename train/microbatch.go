@@ -126,7 +126,7 @@ func (t *Trainer) grow(n int) error {
 func (t *Trainer) newContext(n int) (*llama.Context, error) {
 	nctx := (n + 255) / 256 * 256 // llama.cpp pads n_ctx to 256
 	return llama.NewContext(t.model, llama.ContextParams{NCtx: nctx, NBatch: n, NUBatch: n, NSeqMax: 1,
-		Threads: t.cfg.Threads, FlashAttn: "off", TrainingGraphs: true, Profile: t.cfg.Profile})
+		Threads: t.cfg.Threads, FlashAttn: llama.FlashAttnOff, TrainingGraphs: true, Profile: t.cfg.Profile})
 }
 
 // ComputeBufferBytes is the training context's compute buffer: the

@@ -148,7 +148,7 @@ func speedRollout(b *testing.B, path string, threads int) (engine, cLoop float64
 	defer e.Close()
 	o := e.Options()
 	c, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group, Threads: threads,
-		FlashAttn: o.FlashAttn, TypeK: o.KVType, TypeV: o.KVType})
+		FlashAttn: o.FlashAttnMode(), TypeK: o.KVCacheType(), TypeV: o.KVCacheType()})
 	if err != nil {
 		b.Fatal(err)
 	}

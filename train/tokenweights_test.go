@@ -11,7 +11,7 @@ import (
 func pgContext(t *testing.T, m *llama.Model) *llama.Context {
 	t.Helper()
 	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, NUBatch: 256, NSeqMax: 1,
-		FlashAttn: "off", TrainingGraphs: true})
+		FlashAttn: llama.FlashAttnOff, TrainingGraphs: true})
 	if err != nil {
 		t.Fatal(err)
 	}

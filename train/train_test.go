@@ -110,10 +110,10 @@ func testConfig() Config {
 // decodeLogProbs computes the completion's log-probs the inference way:
 // llama_decode with the KV cache, then the sampler's log-softmax.
 func decodeLogProbs(t testing.TB, m *llama.Model, a *llama.Adapter, e Example) []float64 {
-	return decodeLogProbsKV(t, m, a, e, "f32", "off")
+	return decodeLogProbsKV(t, m, a, e, llama.KVF32, llama.FlashAttnOff)
 }
 
-func decodeLogProbsKV(t testing.TB, m *llama.Model, a *llama.Adapter, e Example, kv, fa string) []float64 {
+func decodeLogProbsKV(t testing.TB, m *llama.Model, a *llama.Adapter, e Example, kv llama.KVType, fa llama.FlashAttn) []float64 {
 	t.Helper()
 	c, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, TypeK: kv, TypeV: kv, FlashAttn: fa})
 	if err != nil {
@@ -127,7 +127,7 @@ func decodeLogProbsKV(t testing.TB, m *llama.Model, a *llama.Adapter, e Example,
 	}
 	toks := append(append([]llama.Token{}, e.Prompt...), e.Completion...)
 	b := llama.NewBatch(len(toks), 1)
-	defer b.Free()
+	defer b.Close()
 	for i, tok := range toks {
 		b.Add(tok, i, []int{0}, true)
 	}
@@ -162,7 +162,7 @@ func TestTrainingForwardMatchesDecode(t *testing.T) {
 	worst, worstF16 := 0.0, 0.0
 	for i, e := range exs {
 		want := decodeLogProbs(t, m, a, e)
-		wantF16 := decodeLogProbsKV(t, m, a, e, "f16", "auto")
+		wantF16 := decodeLogProbsKV(t, m, a, e, llama.KVF16, llama.FlashAttnAuto)
 		for k := range want {
 			worst = math.Max(worst, math.Abs(float64(got[i][k])-want[k]))
 			worstF16 = math.Max(worstF16, math.Abs(float64(got[i][k])-wantF16[k]))

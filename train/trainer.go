@@ -117,6 +117,7 @@ type StepStats struct {
 // It is used by one goroutine at a time.
 type Trainer struct {
 	cfg     Config
+	agg     Aggregation // cfg.LossAgg parsed
 	model   *llama.Model
 	ctx     *llama.Context
 	adapter *llama.Adapter // nil for full-parameter training
@@ -168,12 +169,12 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	if err := m.CanTrain(); err != nil {
 		return nil, err
 	}
-	agg, err := LossAgg(cfg.LossAgg)
+	agg, err := ParseAggregation(cfg.LossAgg)
 	if err != nil {
 		return nil, err
 	}
-	cfg.LossAgg = agg
-	if agg == SeqMeanTokenSumNorm && cfg.MaxTokens <= 0 {
+	cfg.LossAgg = agg.String()
+	if agg == AggSeqMeanTokenSumNorm && cfg.MaxTokens <= 0 {
 		return nil, errors.New("loss aggregation seq_mean_token_sum_norm needs the rollout's max tokens")
 	}
 	if cfg.Iterations <= 0 {
@@ -194,7 +195,7 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	if cfg.MicroBatchTokens <= 0 {
 		cfg.MicroBatchTokens = AutoMicroBatch(m)
 	}
-	t := &Trainer{cfg: cfg, model: m, params: ps, capacity: contextTokens(cfg.MicroBatchTokens)}
+	t := &Trainer{cfg: cfg, agg: agg, model: m, params: ps, capacity: contextTokens(cfg.MicroBatchTokens)}
 	ctx, err := t.newContext(t.capacity)
 	if err != nil {
 		return nil, err
@@ -236,7 +237,7 @@ func (t *Trainer) norms(exs []Example) ([]float64, error) {
 		lens[i], masked[i] = e.kept(), e.Masked
 		masked[i] = masked[i] || lens[i] == 0
 	}
-	return SeqNorms(t.cfg.LossAgg, lens, masked, t.cfg.MaxTokens)
+	return SeqNorms(t.agg, lens, masked, t.cfg.MaxTokens)
 }
 
 // kept is the number of completion tokens the mask keeps.
