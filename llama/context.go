@@ -16,11 +16,11 @@ import (
 
 // ContextParams sizes a context.
 type ContextParams struct {
-	NCtx      int    // context size in tokens, shared by all sequences (0 = the model's training context)
-	NBatch    int    // most tokens one Decode takes (0 = NCtx)
-	NUBatch   int    // tokens per compute step (0 = min(NBatch, 512))
-	NSeqMax   int    // most sequences in flight (0 = 1)
-	Threads   int    // 0 = the machine's cores
+	NCtx      int       // context size in tokens, shared by all sequences (0 = the model's training context)
+	NBatch    int       // most tokens one Decode takes (0 = NCtx)
+	NUBatch   int       // tokens per compute step (0 = min(NBatch, 512))
+	NSeqMax   int       // most sequences in flight (0 = 1)
+	Threads   int       // 0 = the machine's cores
 	FlashAttn FlashAttn // FlashAttnAuto (the zero value), FlashAttnOn or FlashAttnOff
 	TypeK     KVType    // the K cache's type; KVDefault (the zero value) is llama.cpp's f16
 	TypeV     KVType    // likewise for V
