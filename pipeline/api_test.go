@@ -222,28 +222,6 @@ func TestTeacherForceFileMatchesRollout(t *testing.T) {
 	}
 }
 
-func TestVerifyFile(t *testing.T) {
-	dir := t.TempDir()
-	in := filepath.Join(dir, "cases.jsonl")
-	os.WriteFile(in, []byte(`{"answer":"1/2","completion":"so \\boxed{0.5}"}
-{"answer":"3","completion":"it is 4"}
-`), 0o644)
-	var buf bytes.Buffer
-	vc := DefaultConfig().Verifier
-	sum, err := VerifyFile(context.Background(), VerifyFileOptions{Verifier: vc, In: in, W: &buf, Jobs: 2})
-	if err != nil || sum.Records != 2 || sum.Correct != 1 || strings.Count(buf.String(), "\n") != 2 {
-		t.Fatalf("%+v %v\n%s", sum, err, buf.String())
-	}
-	os.WriteFile(in, []byte("{\"answer\":\"1\",\"completion\":\"1\"}\n{\"answer\":\"1\"}\n"), 0o644)
-	out := filepath.Join(dir, "out.jsonl")
-	if _, err := VerifyFile(context.Background(), VerifyFileOptions{Verifier: vc, In: in, Out: out}); err == nil || !strings.Contains(err.Error(), "cases.jsonl:2") {
-		t.Fatalf("a line without completion: %v", err)
-	}
-	if _, err := os.Stat(out); err == nil {
-		t.Fatal("a failed verification left its output file")
-	}
-}
-
 // TestRunFolderLifecycle: a config naming a missing file leaves no folder;
 // a folder left by a failed start is taken over; a finished run runs
 // further with more steps.

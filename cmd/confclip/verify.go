@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/confclip/confclip/internal/english"
-	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/verify"
 )
 
 func init() {
@@ -50,7 +50,7 @@ func verifyCmd(ctx context.Context, c *cli.Command) error {
 		if !c.IsSet("answer") || !c.IsSet("completion") {
 			return errors.New("--answer and --completion go together")
 		}
-		res, err := pipeline.Verify(ctx, cfg.Verifier, c.String("completion"), c.String("answer"))
+		res, err := verify.One(ctx, cfg.Verifier, c.String("completion"), c.String("answer"))
 		if err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func verifyCmd(ctx context.Context, c *cli.Command) error {
 		if err != nil {
 			return err
 		}
-		sum, err := pipeline.VerifyFile(ctx, pipeline.VerifyFileOptions{
+		sum, err := verify.File(ctx, verify.FileOptions{
 			Verifier: cfg.Verifier, In: c.String("data"), Out: c.String("out"), W: w, Jobs: c.Int("jobs"),
 			Shard: shard,
 		})

@@ -1,4 +1,7 @@
-package pipeline
+// Package verify checks completions against reference answers with a
+// verifier, without a model: confclip verify, one completion or a file of
+// them.
+package verify
 
 import (
 	"cmp"
@@ -13,12 +16,13 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/verifiers"
 )
 
-// VerifyResult is a verifier's judgement of one completion.
-type VerifyResult struct {
+// Result is a verifier's judgement of one completion.
+type Result struct {
 	Correct    bool    `json:"correct"`
 	Score      float64 `json:"score"`
 	Extracted  string  `json:"extracted"`
@@ -26,33 +30,33 @@ type VerifyResult struct {
 	Reason     string  `json:"reason"`
 }
 
-func toVerifyResult(r verifiers.Result) VerifyResult {
-	out := VerifyResult{Correct: r.Correct, Score: r.Score, Extracted: r.Extracted, Reason: r.Reason}
+func toResult(r verifiers.Result) Result {
+	out := Result{Correct: r.Correct, Score: r.Score, Extracted: r.Extracted, Reason: r.Reason}
 	if r.Start >= 0 {
 		out.AnswerSpan = []int{r.Start, r.End}
 	}
 	return out
 }
 
-// Verify checks one completion against a reference answer with the
+// One checks one completion against a reference answer with the
 // verifier the [verifier] table names.
-func Verify(ctx context.Context, vc VerifierConfig, completion, answer string) (VerifyResult, error) {
-	v, err := verifiers.New(vc.Name, VerifierOptions(vc))
+func One(ctx context.Context, vc pipeline.VerifierConfig, completion, answer string) (Result, error) {
+	v, err := verifiers.New(vc.Name, pipeline.VerifierOptions(vc))
 	if err != nil {
-		return VerifyResult{}, err
+		return Result{}, err
 	}
 	r, err := v.Verify(ctx, completion, answer)
 	if err != nil {
-		return VerifyResult{}, err
+		return Result{}, err
 	}
-	return toVerifyResult(r), nil
+	return toResult(r), nil
 }
 
-// VerifyFileOptions say what VerifyFile checks and where the results go.
-type VerifyFileOptions struct {
-	Verifier VerifierConfig
+// FileOptions say what File checks and where the results go.
+type FileOptions struct {
+	Verifier pipeline.VerifierConfig
 	In       string // JSONL lines with string fields "answer" and "completion"
-	// Out receives one VerifyResult a line, in input order, written
+	// Out receives one Result a line, in input order, written
 	// atomically; when "", they go to W.
 	Out string
 	W   io.Writer
@@ -64,21 +68,21 @@ type VerifyFileOptions struct {
 	Shard shard.Shard
 }
 
-// VerifySummary counts what VerifyFile checked.
-type VerifySummary struct {
+// Summary counts what File checked.
+type Summary struct {
 	Records int `json:"records"`
 	Correct int `json:"correct"`
 }
 
-// shardResult is a result of a sharded VerifyFile: the input line (and id)
+// shardResult is a result of a sharded File: the input line (and id)
 // it answers, and the result.
 type shardResult struct {
 	Line int    `json:"line"`
 	ID   string `json:"prompt_id,omitempty"`
-	VerifyResult
+	Result
 }
 
-// verifyInput is one line of VerifyFileOptions.In; other fields are ignored.
+// verifyInput is one line of FileOptions.In; other fields are ignored.
 type verifyInput struct {
 	Answer     *string `json:"answer"`
 	Completion *string `json:"completion"`
@@ -86,10 +90,10 @@ type verifyInput struct {
 	ID         string  `json:"id"`
 }
 
-// VerifyFile verifies every line of In and writes the results, line for
+// File verifies every line of In and writes the results, line for
 // line. Lines are verified in batches, Jobs at a time, and written in input
 // order. An error names the file and line.
-func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, err error) {
+func File(ctx context.Context, o FileOptions) (sum Summary, err error) {
 	v, jobs, err := o.verifier()
 	if err != nil {
 		return sum, err
@@ -148,17 +152,17 @@ func VerifyFile(ctx context.Context, o VerifyFileOptions) (sum VerifySummary, er
 
 // verifier checks the options and builds the verifier; jobs is how many
 // verifications run at once.
-func (o VerifyFileOptions) verifier() (v verifiers.Verifier, jobs int, err error) {
+func (o FileOptions) verifier() (v verifiers.Verifier, jobs int, err error) {
 	if err := atomicfile.NotInput(o.Out, o.In); err != nil {
 		return nil, 0, err
 	}
-	if err := (Config{Verifier: o.Verifier}).ValidateTables("verifier"); err != nil {
+	if err := (pipeline.Config{Verifier: o.Verifier}).ValidateTables("verifier"); err != nil {
 		return nil, 0, err
 	}
-	if o.Jobs < 0 || o.Jobs > MaxJobs {
-		return nil, 0, fmt.Errorf("jobs = %d: want 0 (the cores) to %d", o.Jobs, MaxJobs)
+	if o.Jobs < 0 || o.Jobs > pipeline.MaxJobs {
+		return nil, 0, fmt.Errorf("jobs = %d: want 0 (the cores) to %d", o.Jobs, pipeline.MaxJobs)
 	}
-	if v, err = verifiers.New(o.Verifier.Name, VerifierOptions(o.Verifier)); err != nil {
+	if v, err = verifiers.New(o.Verifier.Name, pipeline.VerifierOptions(o.Verifier)); err != nil {
 		return nil, 0, err
 	}
 	jobs = o.Jobs
@@ -170,7 +174,7 @@ func (o VerifyFileOptions) verifier() (v verifiers.Verifier, jobs int, err error
 
 // output is where the results go: o.Out, written atomically (finish
 // commits it when the run ended without error, else removes it), or o.W.
-func (o VerifyFileOptions) output() (write func(any) error, finish func(error) error, err error) {
+func (o FileOptions) output() (write func(any) error, finish func(error) error, err error) {
 	if o.Out == "" {
 		w := o.W
 		if w == nil {
@@ -218,15 +222,15 @@ func verifyAll(ctx context.Context, v verifiers.Verifier, batch []verifyItem, jo
 
 // writeResults writes a verified batch's results in input order, stopping
 // at the first line that could not be verified.
-func (o VerifyFileOptions) writeResults(batch []verifyItem, write func(any) error, sum *VerifySummary) error {
+func (o FileOptions) writeResults(batch []verifyItem, write func(any) error, sum *Summary) error {
 	for _, it := range batch {
 		if it.err != nil {
 			return &dataset.LineError{File: o.In, Line: it.line, Err: it.err}
 		}
-		var out any = toVerifyResult(it.res)
+		var out any = toResult(it.res)
 		if o.Shard.N > 0 { // 0/1 too, so that every N reads alike
 			// A shard's results say which input line they answer.
-			out = shardResult{Line: it.line, ID: it.id, VerifyResult: toVerifyResult(it.res)}
+			out = shardResult{Line: it.line, ID: it.id, Result: toResult(it.res)}
 		}
 		if err := write(out); err != nil {
 			return err
