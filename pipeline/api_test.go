@@ -169,59 +169,6 @@ func TestEvaluateCountsFailedPrompts(t *testing.T) {
 	}
 }
 
-// TestTeacherForceFileMatchesRollout: the log-probs teacher forcing
-// computes for rollouts are those sampled with them.
-func TestTeacherForceFileMatchesRollout(t *testing.T) {
-	cfg, data := apiFixture(t,
-		`{"id":"a","prompt":"Say 1:","answer":"x"}`,
-		`{"id":"b","prompt":"Say 2:","answer":"x"}`,
-	)
-	m := openModel(t, cfg)
-	dir := t.TempDir()
-	rolls := filepath.Join(dir, "rollouts.jsonl")
-	if _, err := Rollout(context.Background(), m, RolloutOptions{Config: cfg, In: data, Out: rolls}); err != nil {
-		t.Fatal(err)
-	}
-	// Keep only prompt and text: what completions made elsewhere have.
-	recs, _, _, err := dataset.ReadFile[dataset.Rollout](rolls, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bare := filepath.Join(dir, "bare.jsonl")
-	w, _ := dataset.Create(bare)
-	for _, r := range recs {
-		w.Write(dataset.Rollout{PromptID: r.PromptID, Sample: r.Sample, Prompt: r.Prompt, PromptTokens: r.PromptTokens, Tokens: r.Tokens, Text: r.Text, Answer: r.Answer})
-	}
-	w.Commit()
-	var progress []int
-	out := filepath.Join(dir, "forced.jsonl")
-	res, err := TeacherForceFile(context.Background(), m, TeacherForceOptions{Config: cfg, In: bare, Out: out, Chunk: 4,
-		Progress: func(e Event) { progress = append(progress, e.(TeacherForceProgress).Records) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Records != len(recs) || !equalInts(progress, []int{4, 6}) {
-		t.Fatalf("%d records, progress %v", res.Records, progress)
-	}
-	forced, _, _, err := dataset.ReadFile[dataset.Rollout](out, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range forced {
-		for j, lp := range r.Logprobs {
-			if d := math.Abs(lp - recs[i].Logprobs[j]); d > 1e-4 {
-				t.Fatalf("record %d token %d: teacher-forced %v, sampled %v", i, j, lp, recs[i].Logprobs[j])
-			}
-		}
-	}
-	// Score through the same handle: records without log-probs are forced.
-	sum, err := Score(context.Background(), ScoreOptions{In: bare, Verifier: cfg.Verifier, Confidence: cfg.Confidence,
-		Reward: cfg.Reward, Advantage: cfg.Advantage, Model: m})
-	if err != nil || sum.TeacherForced != len(recs) {
-		t.Fatalf("score with a model: %d teacher-forced, %v", sum.TeacherForced, err)
-	}
-}
-
 // TestRunFolderLifecycle: a config naming a missing file leaves no folder;
 // a folder left by a failed start is taken over; a finished run runs
 // further with more steps.

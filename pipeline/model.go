@@ -14,7 +14,7 @@ import (
 )
 
 // Model is an open GGUF model with its optional LoRA adapter: the one handle
-// that every stage needing a model takes (Rollout, TeacherForceFile, Score
+// that every stage needing a model takes (Rollout, teacherforce.File, Score
 // with teacher forcing, Evaluate, Train, Run). The generation engines made
 // from it share its weights and follow its adapter; Close frees them all.
 //

@@ -814,3 +814,14 @@ func (s Skipped) SortedReasons() []string {
 	})
 	return keys
 }
+
+// teacherForceHook is ScoreOptions.TeacherForce, or the model's teacher
+// forcing when the options name a Model instead.
+func (o *ScoreOptions) teacherForceHook() (func(context.Context, []*dataset.Rollout) error, error) {
+	if o.TeacherForce != nil || o.Model == nil {
+		return o.TeacherForce, nil
+	}
+	cfg := DefaultConfig()
+	cfg.Model = o.Model.cfg
+	return o.Model.TeacherForcer(cfg)
+}

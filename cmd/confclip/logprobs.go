@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/confclip/confclip/internal/english"
-	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/teacherforce"
 )
 
 func init() {
@@ -39,7 +39,7 @@ func logprobsCmd(ctx context.Context, c *cli.Command) error {
 	}
 	defer m.Close()
 	r := newRenderer(os.Stderr)
-	res, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{
+	res, err := teacherforce.File(ctx, m, teacherforce.Options{
 		Config: cfg, In: c.String("data"), Out: c.String("out"), SkipBad: c.Bool("skip-bad"), Progress: r.event,
 		Shard: shard,
 	})

@@ -18,6 +18,8 @@ import (
 	"github.com/confclip/confclip/internal/pipelinetest"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/shard"
+	"github.com/confclip/confclip/teacherforce"
+	"github.com/confclip/confclip/verify"
 )
 
 // TestShardUnion: for N = 1, 3 and 7, rollout, score, logprobs, verify and
@@ -52,12 +54,12 @@ func TestShardUnion(t *testing.T) {
 	}
 	verifyIn := verifyInputFile(t, whole)
 	var wholeVerify bytes.Buffer
-	if _, err := pipeline.VerifyFile(ctx, pipeline.VerifyFileOptions{Verifier: cfg.Verifier, In: verifyIn, W: &wholeVerify}); err != nil {
+	if _, err := verify.File(ctx, verify.FileOptions{Verifier: cfg.Verifier, In: verifyIn, W: &wholeVerify}); err != nil {
 		t.Fatal(err)
 	}
 	wholeResults := strings.Split(strings.TrimSpace(wholeVerify.String()), "\n")
 	wholeTF := filepath.Join(dir, "whole.tf.jsonl")
-	if _, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{Config: cfg, In: whole, Out: wholeTF}); err != nil {
+	if _, err := teacherforce.File(ctx, m, teacherforce.Options{Config: cfg, In: whole, Out: wholeTF}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -95,28 +97,28 @@ func TestShardUnion(t *testing.T) {
 				}
 				evals = append(evals, ep)
 				tf := filepath.Join(sd, fmt.Sprintf("tf-%d.jsonl", k))
-				if _, err := pipeline.TeacherForceFile(ctx, m, pipeline.TeacherForceOptions{Config: cfg, In: whole, Out: tf, Shard: sh}); err != nil {
+				if _, err := teacherforce.File(ctx, m, teacherforce.Options{Config: cfg, In: whole, Out: tf, Shard: sh}); err != nil {
 					t.Fatal(err)
 				}
 				tfs = append(tfs, tf)
 				var vout bytes.Buffer
-				if _, err := pipeline.VerifyFile(ctx, pipeline.VerifyFileOptions{Verifier: cfg.Verifier, In: verifyIn, Shard: sh, W: &vout}); err != nil {
+				if _, err := verify.File(ctx, verify.FileOptions{Verifier: cfg.Verifier, In: verifyIn, Shard: sh, W: &vout}); err != nil {
 					t.Fatal(err)
 				}
 				for _, l := range strings.Split(strings.TrimSpace(vout.String()), "\n") {
 					if l == "" {
 						continue
 					}
-					var r struct { // a shard's line of VerifyFile's output
+					var r struct { // a shard's line of verify.File's output
 						Line int    `json:"line"`
 						ID   string `json:"prompt_id,omitempty"`
-						pipeline.VerifyResult
+						verify.Result
 					}
 					if err := json.Unmarshal([]byte(l), &r); err != nil || r.Line < 1 || r.Line > len(wholeResults) || verified[r.Line] || !sh.Has(r.ID) {
 						t.Fatalf("shard %s: result %s (%v)", sh, l, err)
 					}
 					verified[r.Line] = true
-					b, _ := json.Marshal(r.VerifyResult)
+					b, _ := json.Marshal(r.Result)
 					if string(b) != wholeResults[r.Line-1] {
 						t.Fatalf("line %d: %s in shard %s, %s in one process", r.Line, b, sh, wholeResults[r.Line-1])
 					}
@@ -211,7 +213,7 @@ func TestMergeRefuses(t *testing.T) {
 }
 
 // verifyInputFile writes the answer and completion of each rollout as
-// pipeline.VerifyFile's input lines.
+// verify.File's input lines.
 func verifyInputFile(t *testing.T, rollouts string) string {
 	t.Helper()
 	recs, _, _, err := dataset.ReadFile[dataset.Rollout](rollouts, false)

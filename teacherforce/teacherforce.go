@@ -1,4 +1,6 @@
-package pipeline
+// Package teacherforce runs given completions through a model: their
+// per-token log-probs and entropies (confclip logprobs).
+package teacherforce
 
 import (
 	"context"
@@ -8,30 +10,31 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/shard"
 )
 
-// TeacherForceOptions say which records TeacherForceFile runs through the
+// Options say which records File runs through the
 // model.
-type TeacherForceOptions struct {
-	Config Config // [model] ctx, threads, chat_template
-	In     string // rollout-shaped records: prompt (or prompt_tokens) and text (or tokens)
-	Out    string // the records with tokens, logprobs, entropies and offsets, written atomically
+type Options struct {
+	Config pipeline.Config // [model] ctx, threads, chat_template
+	In     string          // rollout-shaped records: prompt (or prompt_tokens) and text (or tokens)
+	Out    string          // the records with tokens, logprobs, entropies and offsets, written atomically
 	// SkipBad skips malformed lines of In, counting them, instead of stopping.
 	SkipBad bool
 	// Chunk is how many records one pass takes, so that progress shows and
 	// memory stays bounded on large files; 0 = 256.
 	Chunk int
-	// Progress, when set, receives a TeacherForceProgress after each chunk.
-	Progress func(Event)
+	// Progress, when set, receives a pipeline.TeacherForceProgress after each chunk.
+	Progress func(pipeline.Event)
 	// Shard, when set, takes only the records of one shard (package shard), by
 	// prompt_id, or by line for records without one.
 	Shard shard.Shard
 }
 
-// TeacherForceResult is what TeacherForceFile did.
-type TeacherForceResult struct {
+// Result is what File did.
+type Result struct {
 	Out     string        `json:"out"`
 	Records int           `json:"records"`
 	Tokens  int           `json:"tokens"` // completion tokens scored
@@ -39,11 +42,11 @@ type TeacherForceResult struct {
 	Skipped []string      `json:"skipped_lines"`
 }
 
-// TeacherForceFile computes the model's per-token log-probs and entropies of
+// File computes the model's per-token log-probs and entropies of
 // given completions (records produced elsewhere, or by another model) and
 // writes the records with them. An error names the file and line.
-func TeacherForceFile(ctx context.Context, m *Model, o TeacherForceOptions) (TeacherForceResult, error) {
-	res := TeacherForceResult{Out: o.Out}
+func File(ctx context.Context, m *pipeline.Model, o Options) (Result, error) {
+	res := Result{Out: o.Out}
 	if err := atomicfile.NotInput(o.Out, o.In, o.Config.Model.Path); err != nil {
 		return res, err
 	}
@@ -71,11 +74,11 @@ func TeacherForceFile(ctx context.Context, m *Model, o TeacherForceOptions) (Tea
 		}
 		recs, lines = sr, sl
 	}
-	e, err := m.engine(EngineOptions(o.Config))
+	e, err := m.NewEngine(pipeline.EngineOptions(o.Config))
 	if err != nil {
 		return res, err
 	}
-	defer m.release(e)
+	defer m.ReleaseEngine(e)
 	w, err := dataset.Create(o.Out)
 	if err != nil {
 		return res, err
@@ -106,22 +109,13 @@ func TeacherForceFile(ctx context.Context, m *Model, o TeacherForceOptions) (Tea
 			}
 		}
 		res.Records = hi
-		emit(o.Progress, TeacherForceProgress{Records: hi, Total: len(recs)})
+		if o.Progress != nil {
+			o.Progress(pipeline.TeacherForceProgress{Records: hi, Total: len(recs)})
+		}
 	}
 	if err := w.Commit(); err != nil {
 		return res, err
 	}
 	res.Elapsed = time.Since(start)
 	return res, nil
-}
-
-// teacherForceHook is ScoreOptions.TeacherForce, or the model's teacher
-// forcing when the options name a Model instead.
-func (o *ScoreOptions) teacherForceHook() (func(context.Context, []*dataset.Rollout) error, error) {
-	if o.TeacherForce != nil || o.Model == nil {
-		return o.TeacherForce, nil
-	}
-	cfg := DefaultConfig()
-	cfg.Model = o.Model.cfg
-	return o.Model.TeacherForcer(cfg)
 }
