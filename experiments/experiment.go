@@ -14,6 +14,7 @@ import (
 
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/internal/jsonnull"
+	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
 	"github.com/confclip/confclip/tools"
@@ -53,7 +54,7 @@ func Experiment(ctx context.Context, cfg pipeline.Config, progress func(pipeline
 	// Start-major, then seed-major order: an interrupted experiment holds
 	// whole pairs.
 	armRes := make([]reporting.ArmResult, len(arms))
-	all := make([][][]pipeline.StepMetrics, len(arms))
+	all := make([][][]metrics.Step, len(arms))
 	for _, start := range starts {
 		model, err := startModel(ctx, cfg, start, progress)
 		if err != nil {
@@ -134,7 +135,7 @@ func armConfig(cfg pipeline.Config, model, base string, arm pipeline.Arm, seed u
 
 // write writes the comparison plots, results.md and results.json into dir.
 func (res *ExperimentResult) write(dir string) error {
-	arms := map[string][]pipeline.StepMetrics{}
+	arms := map[string][]metrics.Step{}
 	for _, a := range res.Arms {
 		arms[a.Arm] = a.Rows
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/modelgen"
 )
 
@@ -35,7 +36,7 @@ func TestRunEveryArch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var steps []StepMetrics // without step 0, the evaluation before training
+			var steps []metrics.Step // without step 0, the evaluation before training
 			for _, r := range res.Rows {
 				if r.Step > 0 {
 					steps = append(steps, r)

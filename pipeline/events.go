@@ -3,6 +3,7 @@ package pipeline
 import (
 	"time"
 
+	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/train"
 )
 
@@ -75,7 +76,7 @@ type RunStage struct {
 // RunStepDone is sent when a step of the run loop has been checkpointed.
 type RunStepDone struct {
 	Steps   int
-	Metrics StepMetrics
+	Metrics metrics.Step
 	ETA     time.Duration
 }
 

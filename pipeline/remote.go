@@ -66,7 +66,7 @@ const WorkersFile = "workers.json"
 // worker first. The records keep the workers' log-probs; a record that came
 // without its prompt's tokens gets them from the local tokenizer (e), and
 // one without log-probs is teacher-forced locally at scoring time
-// (StepMetrics.TeacherForced counts those).
+// (metrics.Step.TeacherForced counts those).
 func remoteStep(ctx context.Context, cfg Config, rem RemoteRollouts, e *rollout.Engine, step int, batch []dataset.Prompt, rolls, adapter string) (rollout.Stats, error) {
 	sum, err := FileSHA256(adapter)
 	if err != nil {

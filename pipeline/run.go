@@ -21,6 +21,7 @@ import (
 	"github.com/confclip/confclip/internal/crashpoint"
 	"github.com/confclip/confclip/internal/english"
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/train"
 )
@@ -77,10 +78,10 @@ type RunOptions struct {
 
 // RunPlotter draws a run's metrics rows into files in dir and returns
 // their paths.
-type RunPlotter func(cfg Config, rows []StepMetrics, dir string) ([]string, error)
+type RunPlotter func(cfg Config, rows []metrics.Step, dir string) ([]string, error)
 
 // plot runs the options' plotter into the run folder's plots/.
-func (o RunOptions) plot(cfg Config, rows []StepMetrics) ([]string, error) {
+func (o RunOptions) plot(cfg Config, rows []metrics.Step) ([]string, error) {
 	if o.Plot == nil {
 		return nil, nil
 	}
@@ -89,12 +90,12 @@ func (o RunOptions) plot(cfg Config, rows []StepMetrics) ([]string, error) {
 
 // RunResult is what a run ended with.
 type RunResult struct {
-	Dir     string        `json:"dir"`
-	Rows    []StepMetrics `json:"-"`
-	Before  *EvalResult   `json:"before,omitempty"` // held-out evaluation before training
-	After   *EvalResult   `json:"after,omitempty"`  // after the last step
-	Plots   []string      `json:"plots"`
-	Resumed int           `json:"resumed_from_step"`
+	Dir     string         `json:"dir"`
+	Rows    []metrics.Step `json:"-"`
+	Before  *EvalResult    `json:"before,omitempty"` // held-out evaluation before training
+	After   *EvalResult    `json:"after,omitempty"`  // after the last step
+	Plots   []string       `json:"plots"`
+	Resumed int            `json:"resumed_from_step"`
 }
 
 // Run runs `confclip run`: for each step, rollouts with the current adapter,
@@ -153,7 +154,7 @@ type runner struct {
 	h                         *Model
 	tr                        *train.Trainer
 	engine, greedy            *rollout.Engine // greedy is nil without held-out prompts
-	mlog                      *MetricsLog
+	mlog                      *metrics.Log
 }
 
 // startRun checks the configuration and the files it names (every key
@@ -213,7 +214,7 @@ func startRun(cfg Config, o RunOptions) (r *runner, err error) {
 	if r.ck != nil {
 		r.start, kept = r.ck.Step, r.ck.Step
 	}
-	if r.mlog, err = OpenMetricsLog(r.dir, kept); err != nil {
+	if r.mlog, err = metrics.OpenLog(r.dir, kept); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -311,7 +312,7 @@ func (r *runner) evaluateBefore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	row := MissingMetrics()
+	row := metrics.Missing()
 	row.Step = 0
 	row.EvalAccuracy = &ev.Accuracy
 	row.EvalMeanTokens = &ev.MeanTokens
@@ -335,7 +336,7 @@ func (r *runner) stage(step int, name string) {
 
 // step runs one step (runStep: rollout, scoring, export, training), then
 // the held-out evaluation when one is due.
-func (r *runner) step(ctx context.Context, step int) (StepMetrics, error) {
+func (r *runner) step(ctx context.Context, step int) (metrics.Step, error) {
 	cfg := r.cfg
 	row, err := runStep(ctx, cfg, step, r.trainPrompts, r.engine, r.tr, func(name string) { r.stage(step, name) }, remoteOf(r.o.Remote, r.h))
 	if err != nil {
@@ -358,7 +359,7 @@ func (r *runner) step(ctx context.Context, step int) (StepMetrics, error) {
 // record keeps a step: its metrics row first, then the checkpoint (a stop
 // between the two redoes the step, whose row is dropped on resume, instead
 // of losing the row), then the plots.
-func (r *runner) record(step int, row StepMetrics) error {
+func (r *runner) record(step int, row metrics.Step) error {
 	if err := r.mlog.Append(row); err != nil {
 		return err
 	}
@@ -371,7 +372,7 @@ func (r *runner) record(step int, row StepMetrics) error {
 }
 
 // report writes a step's line and sends RunStepDone.
-func (r *runner) report(step int, row StepMetrics, eta time.Duration) {
+func (r *runner) report(step int, row metrics.Step, eta time.Duration) {
 	fmt.Fprintln(r.logw, stepLine(row, r.cfg.Run.Steps, eta))
 	emit(r.o.Progress, RunStepDone{Steps: r.cfg.Run.Steps, Metrics: row, ETA: eta})
 }
@@ -399,7 +400,7 @@ func reuseBefore(from, dir string, cfg Config) (*EvalResult, error) {
 	if from == "" || cfg.Model.Adapter != "" {
 		return nil, nil
 	}
-	rows, err := ReadMetrics(filepath.Join(from, MetricsJSONL))
+	rows, err := metrics.Read(filepath.Join(from, metrics.JSONLFile))
 	if err != nil || len(rows) == 0 || rows[0].Step != 0 || rows[0].EvalAccuracy == nil {
 		return nil, nil
 	}
@@ -434,7 +435,7 @@ func reuseBefore(from, dir string, cfg Config) (*EvalResult, error) {
 // ErrStopped is returned when RunOptions.StopAfter ended a run early.
 var ErrStopped = errors.New("run stopped early (StopAfter)")
 
-func evalAt(dir string, rows []StepMetrics, step int) *EvalResult {
+func evalAt(dir string, rows []metrics.Step, step int) *EvalResult {
 	for _, r := range rows {
 		if r.Step == step && r.EvalAccuracy != nil {
 			ev := &EvalResult{Accuracy: *r.EvalAccuracy}
@@ -447,7 +448,7 @@ func evalAt(dir string, rows []StepMetrics, step int) *EvalResult {
 	return nil
 }
 
-func stepLine(r StepMetrics, steps int, eta time.Duration) string {
+func stepLine(r metrics.Step, steps int, eta time.Duration) string {
 	ev := ""
 	if r.EvalAccuracy != nil {
 		ev = fmt.Sprintf(", held-out %.3f", *r.EvalAccuracy)
@@ -464,11 +465,11 @@ func stepLine(r StepMetrics, steps int, eta time.Duration) string {
 }
 
 // runStep does one step's rollouts, scoring, export and training.
-func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer, stage func(string), rem *remoteRun) (StepMetrics, error) {
+func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer, stage func(string), rem *remoteRun) (metrics.Step, error) {
 	t0 := time.Now()
 	sdir := filepath.Join(cfg.Run.Out, "steps", fmt.Sprintf("%04d", step))
 	if err := os.MkdirAll(sdir, 0o755); err != nil {
-		return StepMetrics{}, err
+		return metrics.Step{}, err
 	}
 	stage("rollout")
 	batch := stepPrompts(prompts, cfg.Run.PromptsPerStep, cfg.Rollout.Seed, step)
@@ -484,10 +485,10 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	}
 	rst, err := stepRollouts(ctx, cfg, step, batch, e, rem, rolls, adapter)
 	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: rollout: %w", step, err)
+		return metrics.Step{}, fmt.Errorf("step %d: rollout: %w", step, err)
 	}
 	if rst.Records == 0 {
-		return StepMetrics{}, fmt.Errorf("step %d: no completions (%v)", step, firstErrors(rst.Errors))
+		return metrics.Step{}, fmt.Errorf("step %d: no completions (%v)", step, firstErrors(rst.Errors))
 	}
 	t1 := time.Now()
 	stage("scoring")
@@ -498,22 +499,22 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	}
 	sum, err := Score(ctx, so)
 	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: score: %w", step, err)
+		return metrics.Step{}, fmt.Errorf("step %d: score: %w", step, err)
 	}
 	trainSet := filepath.Join(sdir, "train.jsonl")
 	eo, err := NewExportOptions(cfg, scored, trainSet)
 	if err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: %w", step, err)
+		return metrics.Step{}, fmt.Errorf("step %d: %w", step, err)
 	}
 	// The step's adapter; the model is not hashed at every step.
 	eo.Format, eo.Model, eo.Adapter = dataset.FormatJSONL, "", adapter
 	if _, err := Export(eo); err != nil {
-		return StepMetrics{}, fmt.Errorf("step %d: export: %w", step, err)
+		return metrics.Step{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
 	t2 := time.Now()
 	recs, err := dataset.ReadTrainExamples(trainSet)
 	if err != nil {
-		return StepMetrics{}, err
+		return metrics.Step{}, err
 	}
 	row := StepMetricsOf(step, sum)
 	row.RolloutS = t1.Sub(t0).Seconds()
@@ -533,7 +534,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	if len(recs) > 0 {
 		stage("training")
 		if err := trainStep(ctx, tr, recs, &row); err != nil {
-			return StepMetrics{}, fmt.Errorf("step %d: train: %w", step, err)
+			return metrics.Step{}, fmt.Errorf("step %d: train: %w", step, err)
 		}
 	}
 	row.TrainS = time.Since(t2).Seconds()
@@ -554,7 +555,7 @@ func stepRollouts(ctx context.Context, cfg Config, step int, batch []dataset.Pro
 
 // trainStep is a step's policy-gradient update on its training set, with
 // its statistics in row.
-func trainStep(ctx context.Context, tr *train.Trainer, recs []dataset.TrainExample, row *StepMetrics) error {
+func trainStep(ctx context.Context, tr *train.Trainer, recs []dataset.TrainExample, row *metrics.Step) error {
 	exs := Examples(recs)
 	for i := range exs {
 		// The rollouts were sampled with the adapter being trained: the
@@ -782,4 +783,35 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 		}
 	}
 	return nil
+}
+
+// StepMetricsOf starts a step's metrics from the summary of scoring its
+// rollouts: accuracy, reward statistics, zero-std fractions (chosen and
+// binary), completion lengths and the scoring time. Training and timing
+// fields are left missing for the run loop to fill. The mean length of right
+// (or wrong) completions is missing when there are none, rather than 0.
+func StepMetricsOf(step int, s Summary) metrics.Step {
+	m := metrics.Missing()
+	m.Step = step
+	o := s.Outcomes
+	m.Accuracy = o.Accuracy
+	m.MeanReward, m.RewardStd = s.Reward.Mean, s.Reward.Std
+	m.ZeroStdFrac, m.ZeroStdFracBinary = s.Reward.ZeroStdFraction, s.Binary.ZeroStdFraction
+	right, wrong := float64(o.Correct), float64(o.Completions-o.Correct)
+	if right > 0 {
+		m.MeanTokensRight = o.MeanTokensRight
+	}
+	if wrong > 0 {
+		m.MeanTokensWrong = o.MeanTokensWrong
+	}
+	switch {
+	case right > 0 && wrong > 0:
+		m.MeanTokens = (right*o.MeanTokensRight + wrong*o.MeanTokensWrong) / (right + wrong)
+	case right > 0:
+		m.MeanTokens = o.MeanTokensRight
+	case wrong > 0:
+		m.MeanTokens = o.MeanTokensWrong
+	}
+	m.ScoreS = s.Seconds
+	return m
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/internal/crashpoint"
+	"github.com/confclip/confclip/metrics"
 )
 
 // runInChild runs Run in a child process (the test binary, see TestMain)
@@ -80,7 +81,7 @@ func TestRunKilledAtEveryPhase(t *testing.T) {
 					matrix = append(matrix, at+": resume FAILED")
 					t.Fatalf("resume after a kill at %s: %v", at, err)
 				}
-				rows, err := ReadMetrics(filepath.Join(c.Run.Out, MetricsJSONL))
+				rows, err := metrics.Read(filepath.Join(c.Run.Out, metrics.JSONLFile))
 				if err != nil {
 					t.Fatal(err)
 				}

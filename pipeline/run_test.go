@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/internal/testutil"
+	"github.com/confclip/confclip/metrics"
 )
 
 // runFixture writes the tiny generated model and prompts for a task that a
@@ -41,7 +42,7 @@ func runFixture(t *testing.T) Config {
 }
 
 // sameMetrics compares everything but the timings.
-func sameRunMetrics(t *testing.T, a, b []StepMetrics) {
+func sameRunMetrics(t *testing.T, a, b []metrics.Step) {
 	t.Helper()
 	if len(a) != len(b) {
 		t.Fatalf("%d rows and %d rows", len(a), len(b))
@@ -61,7 +62,7 @@ func TestRunResumesExactly(t *testing.T) {
 	cfg := runFixture(t)
 	ctx := context.Background()
 	plots := 0 // the plotter is called after every step and at the end
-	plot := func(c Config, rows []StepMetrics, dir string) ([]string, error) {
+	plot := func(c Config, rows []metrics.Step, dir string) ([]string, error) {
 		plots++
 		return []string{filepath.Join(dir, fmt.Sprintf("rows-%d", len(rows)))}, nil
 	}
@@ -90,7 +91,7 @@ func TestRunResumesExactly(t *testing.T) {
 	half := filepath.Join(cfg.Run.Out, "steps", "0003")
 	os.MkdirAll(half, 0o755)
 	os.WriteFile(filepath.Join(half, "rollouts.jsonl"), []byte(`{"prompt_id":"tr`), 0o644)
-	f, _ := os.OpenFile(filepath.Join(cfg.Run.Out, MetricsJSONL), os.O_APPEND|os.O_WRONLY, 0)
+	f, _ := os.OpenFile(filepath.Join(cfg.Run.Out, metrics.JSONLFile), os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(`{"step":3,"accur`)
 	f.Close()
 	if _, err := Run(ctx, RunOptions{Config: cfg}); err == nil {
@@ -104,7 +105,7 @@ func TestRunResumesExactly(t *testing.T) {
 		t.Fatalf("resumed from step %d, want 2", resumed.Resumed)
 	}
 	sameRunMetrics(t, whole.Rows, resumed.Rows)
-	rows, err := ReadMetrics(filepath.Join(cfg.Run.Out, MetricsJSONL))
+	rows, err := metrics.Read(filepath.Join(cfg.Run.Out, metrics.JSONLFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,13 +12,14 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/metrics"
 )
 
 // runStarted reports whether a run folder holds any result: a checkpoint
 // or a metrics row. A folder with only its config.toml is what a run that
 // failed before its first step left; a fresh start may take it over.
 func runStarted(dir string) bool {
-	for _, name := range []string{CheckpointFile, MetricsJSONL} {
+	for _, name := range []string{CheckpointFile, metrics.JSONLFile} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			return true
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/confclip/confclip/confclip"
-	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/metrics"
 )
 
 // ArmResult summarises one arm over its seeds.
@@ -26,7 +26,7 @@ type ArmResult struct {
 	// SignificantSeeds counts the seeds whose held-out gain has a paired
 	// McNemar p < 0.01.
 	SignificantSeeds int
-	Rows             []pipeline.StepMetrics `json:"-"` // seed-averaged per step, for plots
+	Rows             []metrics.Step `json:"-"` // seed-averaged per step, for plots
 }
 
 // SeedResult is one run of an arm.
@@ -95,8 +95,8 @@ func MeanStd(v []float64) (mean, std float64) {
 
 // AverageRows averages the runs' metrics step by step (for the comparison
 // plots).
-func AverageRows(runs [][]pipeline.StepMetrics) []pipeline.StepMetrics {
-	bySteps := map[int][]pipeline.StepMetrics{}
+func AverageRows(runs [][]metrics.Step) []metrics.Step {
+	bySteps := map[int][]metrics.Step{}
 	for _, rows := range runs {
 		for _, r := range rows {
 			bySteps[r.Step] = append(bySteps[r.Step], r)
@@ -107,12 +107,12 @@ func AverageRows(runs [][]pipeline.StepMetrics) []pipeline.StepMetrics {
 		steps = append(steps, s)
 	}
 	sort.Ints(steps)
-	var out []pipeline.StepMetrics
+	var out []metrics.Step
 	for _, s := range steps {
 		rs := bySteps[s]
-		m := pipeline.MissingMetrics()
+		m := metrics.Missing()
 		m.Step = s
-		avg := func(f func(pipeline.StepMetrics) float64) float64 {
+		avg := func(f func(metrics.Step) float64) float64 {
 			var v []float64
 			for _, r := range rs {
 				v = append(v, f(r))
@@ -120,12 +120,12 @@ func AverageRows(runs [][]pipeline.StepMetrics) []pipeline.StepMetrics {
 			x, _ := MeanStd(v)
 			return x
 		}
-		m.Accuracy = avg(func(r pipeline.StepMetrics) float64 { return r.Accuracy })
-		m.MeanReward = avg(func(r pipeline.StepMetrics) float64 { return r.MeanReward })
-		m.ZeroStdFrac = avg(func(r pipeline.StepMetrics) float64 { return r.ZeroStdFrac })
-		m.ZeroStdFracBinary = avg(func(r pipeline.StepMetrics) float64 { return r.ZeroStdFracBinary })
-		m.MeanTokens = avg(func(r pipeline.StepMetrics) float64 { return r.MeanTokens })
-		ev := avg(func(r pipeline.StepMetrics) float64 {
+		m.Accuracy = avg(func(r metrics.Step) float64 { return r.Accuracy })
+		m.MeanReward = avg(func(r metrics.Step) float64 { return r.MeanReward })
+		m.ZeroStdFrac = avg(func(r metrics.Step) float64 { return r.ZeroStdFrac })
+		m.ZeroStdFracBinary = avg(func(r metrics.Step) float64 { return r.ZeroStdFracBinary })
+		m.MeanTokens = avg(func(r metrics.Step) float64 { return r.MeanTokens })
+		ev := avg(func(r metrics.Step) float64 {
 			if r.EvalAccuracy == nil {
 				return math.NaN()
 			}

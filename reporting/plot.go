@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/confclip/confclip/internal/atomicfile"
+	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -19,28 +20,28 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// metric is one pipeline.StepMetrics column as a plotted series.
+// metric is one metrics.Step column as a plotted series.
 type metric struct {
 	name  string // the JSON name, used in file names
 	label string // legend and axis text
-	get   func(pipeline.StepMetrics) float64
+	get   func(metrics.Step) float64
 }
 
 var (
-	metricAccuracy = metric{"accuracy", "train accuracy (sampled)", func(m pipeline.StepMetrics) float64 { return m.Accuracy }}
-	metricEval     = metric{"eval_accuracy", "held-out accuracy (greedy)", func(m pipeline.StepMetrics) float64 {
+	metricAccuracy = metric{"accuracy", "train accuracy (sampled)", func(m metrics.Step) float64 { return m.Accuracy }}
+	metricEval     = metric{"eval_accuracy", "held-out accuracy (greedy)", func(m metrics.Step) float64 {
 		if m.EvalAccuracy == nil {
 			return math.NaN()
 		}
 		return *m.EvalAccuracy
 	}}
-	metricReward      = metric{"mean_reward", "mean reward", func(m pipeline.StepMetrics) float64 { return m.MeanReward }}
-	metricZeroStd     = metric{"zero_std_frac", "zero-std groups (chosen reward)", func(m pipeline.StepMetrics) float64 { return m.ZeroStdFrac }}
-	metricZeroStdBin  = metric{"zero_std_frac_binary", "zero-std groups (binary reward)", func(m pipeline.StepMetrics) float64 { return m.ZeroStdFracBinary }}
-	metricTokens      = metric{"mean_tokens", "mean tokens (all)", func(m pipeline.StepMetrics) float64 { return m.MeanTokens }}
-	metricTokensRight = metric{"mean_tokens_right", "mean tokens (right)", func(m pipeline.StepMetrics) float64 { return m.MeanTokensRight }}
-	metricTokensWrong = metric{"mean_tokens_wrong", "mean tokens (wrong)", func(m pipeline.StepMetrics) float64 { return m.MeanTokensWrong }}
-	metricLoss        = metric{"loss", "loss", func(m pipeline.StepMetrics) float64 { return m.Loss }}
+	metricReward      = metric{"mean_reward", "mean reward", func(m metrics.Step) float64 { return m.MeanReward }}
+	metricZeroStd     = metric{"zero_std_frac", "zero-std groups (chosen reward)", func(m metrics.Step) float64 { return m.ZeroStdFrac }}
+	metricZeroStdBin  = metric{"zero_std_frac_binary", "zero-std groups (binary reward)", func(m metrics.Step) float64 { return m.ZeroStdFracBinary }}
+	metricTokens      = metric{"mean_tokens", "mean tokens (all)", func(m metrics.Step) float64 { return m.MeanTokens }}
+	metricTokensRight = metric{"mean_tokens_right", "mean tokens (right)", func(m metrics.Step) float64 { return m.MeanTokensRight }}
+	metricTokensWrong = metric{"mean_tokens_wrong", "mean tokens (wrong)", func(m metrics.Step) float64 { return m.MeanTokensWrong }}
+	metricLoss        = metric{"loss", "loss", func(m metrics.Step) float64 { return m.Loss }}
 )
 
 // chart is one PNG: a title, a y-axis label, a y range ([0, 0] = fit the
@@ -81,7 +82,7 @@ const (
 // loss.png. reward.png's title names the reward (RewardName; "" says "the
 // run's reward"). Missing values (NaN, steps without an evaluation) are
 // left out. It returns the files' paths.
-func Plot(rows []pipeline.StepMetrics, dir, reward string) ([]string, error) {
+func Plot(rows []metrics.Step, dir, reward string) ([]string, error) {
 	var paths []string
 	for _, c := range runCharts {
 		p := c.withReward(reward).newPlot()
@@ -103,7 +104,7 @@ func Plot(rows []pipeline.StepMetrics, dir, reward string) ([]string, error) {
 // (compare_eval_accuracy.png, compare_accuracy.png, compare_mean_tokens.png,
 // compare_mean_reward.png, compare_zero_std_frac.png) with one line per arm;
 // an arm keeps its colour across the files. It returns the files' paths.
-func PlotCompare(arms map[string][]pipeline.StepMetrics, dir string) ([]string, error) {
+func PlotCompare(arms map[string][]metrics.Step, dir string) ([]string, error) {
 	names := make([]string, 0, len(arms))
 	for name := range arms {
 		names = append(names, name)
@@ -167,7 +168,7 @@ func (c chart) newPlot() *plot.Plot {
 }
 
 // points are the (step, value) pairs of one metric, missing values left out.
-func points(rows []pipeline.StepMetrics, m metric) plotter.XYs {
+func points(rows []metrics.Step, m metric) plotter.XYs {
 	var xys plotter.XYs
 	for _, r := range rows {
 		if y := m.get(r); !math.IsNaN(y) && !math.IsInf(y, 0) {
@@ -249,6 +250,6 @@ func padAxis(a *plot.Axis, least float64) {
 
 // RunPlots draws confclip run's charts of a run's metrics into dir (a
 // pipeline.RunPlotter).
-func RunPlots(cfg pipeline.Config, rows []pipeline.StepMetrics, dir string) ([]string, error) {
+func RunPlots(cfg pipeline.Config, rows []metrics.Step, dir string) ([]string, error) {
 	return Plot(rows, dir, RewardName(cfg.Reward))
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -15,11 +16,11 @@ import (
 
 // testMetrics makes n steps of plausible metrics, held-out accuracy every
 // other step and no right answers in step 1.
-func testMetrics(n int) []pipeline.StepMetrics {
-	rows := make([]pipeline.StepMetrics, n)
+func testMetrics(n int) []metrics.Step {
+	rows := make([]metrics.Step, n)
 	for i := range rows {
 		s := float64(i + 1)
-		m := pipeline.StepMetrics{
+		m := metrics.Step{
 			Step: i + 1, Accuracy: s / 10, MeanReward: -0.5 + 0.1*s, RewardStd: 0.3,
 			ZeroStdFrac: 0.5 / s, ZeroStdFracBinary: 0.8 / math.Sqrt(s),
 			MeanTokens: 40 - s, MeanTokensRight: 30 - s, MeanTokensWrong: 45 - s,
@@ -82,7 +83,7 @@ func TestPlotCompare(t *testing.T) {
 	for i := range binary {
 		binary[i].MeanTokens += 5
 	}
-	arms := map[string][]pipeline.StepMetrics{"confclip": testMetrics(10), "binary": binary, "empty": nil}
+	arms := map[string][]metrics.Step{"confclip": testMetrics(10), "binary": binary, "empty": nil}
 	dir := t.TempDir()
 	paths, err := PlotCompare(arms, dir)
 	if err != nil {
@@ -100,9 +101,9 @@ func TestPlotCompare(t *testing.T) {
 // inside the image, and the axes reach past the data, so that the last
 // step's marker is neither on the frame nor cut off.
 func TestPlotLayout(t *testing.T) {
-	var rows []pipeline.StepMetrics
+	var rows []metrics.Step
 	for s := range 5 {
-		r := pipeline.MissingMetrics()
+		r := metrics.Missing()
 		r.Step, r.Accuracy, r.MeanReward = s, float64(s)/4, float64(s) // the last point is the largest
 		rows = append(rows, r)
 	}
@@ -147,7 +148,7 @@ func TestPlotLayout(t *testing.T) {
 	}
 }
 
-func maxY(rows []pipeline.StepMetrics, ms []metric) float64 {
+func maxY(rows []metrics.Step, ms []metric) float64 {
 	m := math.Inf(-1)
 	for _, r := range rows {
 		for _, s := range ms {

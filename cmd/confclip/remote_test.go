@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/server"
 	"github.com/confclip/confclip/tools"
@@ -269,7 +270,7 @@ func TestRunOnRemoteWorkers(t *testing.T) {
 	}
 
 	// The metrics: every step, with where its log-probs and groups came from.
-	rows, err := pipeline.ReadMetrics(filepath.Join(cfg.Run.Out, pipeline.MetricsJSONL))
+	rows, err := metrics.Read(filepath.Join(cfg.Run.Out, metrics.JSONLFile))
 	if err != nil {
 		t.Fatal(err)
 	}

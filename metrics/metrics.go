@@ -1,4 +1,7 @@
-package pipeline
+// Package metrics is a run's per-step metrics: the row one step of the run
+// loop measured, and the log that keeps the rows in a run folder
+// (metrics.jsonl, appended, and metrics.csv, rewritten).
+package metrics
 
 import (
 	"bytes"
@@ -19,11 +22,11 @@ import (
 	"github.com/confclip/confclip/internal/atomicfile"
 )
 
-// StepMetrics is what one step of the run loop measured; MetricsLog writes
+// Step is what one step of the run loop measured; Log writes
 // it as one JSON line and one CSV row. A float that could not be measured
 // (for example mean_tokens_right in a step with no right answer) is NaN in
 // Go, null in JSON and an empty cell in CSV.
-type StepMetrics struct {
+type Step struct {
 	Step int `json:"step"`
 	// Accuracy is the fraction of this step's training rollouts the
 	// verifier marked right.
@@ -77,9 +80,9 @@ type StepMetrics struct {
 	Retries       int `json:"retries"`
 }
 
-// metricColumns are StepMetrics' JSON names in field order: the CSV header.
-var metricColumns = func() []string {
-	t := reflect.TypeFor[StepMetrics]()
+// columns are Step's JSON names in field order: the CSV header.
+var columns = func() []string {
+	t := reflect.TypeFor[Step]()
 	cols := make([]string, t.NumField())
 	for i := range cols {
 		cols[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
@@ -89,7 +92,7 @@ var metricColumns = func() []string {
 
 // cells formats m's fields in column order; "" stands for a missing value
 // (a nil pointer, NaN or an infinity).
-func (m StepMetrics) cells() []string {
+func (m Step) cells() []string {
 	v := reflect.ValueOf(m)
 	out := make([]string, v.NumField())
 	for i := range out {
@@ -108,7 +111,7 @@ func (m StepMetrics) cells() []string {
 				out[i] = strconv.FormatFloat(x, 'g', -1, 64)
 			}
 		default:
-			panic("pipeline: StepMetrics field of kind " + f.Kind().String())
+			panic("metrics: Step field of kind " + f.Kind().String())
 		}
 	}
 	return out
@@ -116,17 +119,17 @@ func (m StepMetrics) cells() []string {
 
 // MarshalJSON writes the fields in order, a missing float as null and a
 // missing evaluation (eval_accuracy, eval_mean_tokens) not at all (encoding/json refuses NaN).
-func (m StepMetrics) MarshalJSON() ([]byte, error) {
+func (m Step) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, c := range m.cells() {
-		if c == "" && (metricColumns[i] == "eval_accuracy" || metricColumns[i] == "eval_mean_tokens") {
+		if c == "" && (columns[i] == "eval_accuracy" || columns[i] == "eval_mean_tokens") {
 			continue
 		}
 		if b.Len() > 1 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "%q:", metricColumns[i])
+		fmt.Fprintf(&b, "%q:", columns[i])
 		if c == "" {
 			c = "null"
 		}
@@ -137,20 +140,20 @@ func (m StepMetrics) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads what MarshalJSON writes; a null or absent float is NaN.
-func (m *StepMetrics) UnmarshalJSON(b []byte) error {
-	type plain StepMetrics // without the methods
-	p := plain(MissingMetrics())
+func (m *Step) UnmarshalJSON(b []byte) error {
+	type plain Step // without the methods
+	p := plain(Missing())
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
-	*m = StepMetrics(p)
+	*m = Step(p)
 	return nil
 }
 
-// MissingMetrics is a StepMetrics with every float NaN and no evaluation: a
+// Missing is a Step with every float NaN and no evaluation: a
 // starting point in which only what was measured gets set.
-func MissingMetrics() StepMetrics {
-	var m StepMetrics
+func Missing() Step {
+	var m Step
 	v := reflect.ValueOf(&m).Elem()
 	for i := range v.NumField() {
 		if f := v.Field(i); f.Kind() == reflect.Float64 {
@@ -160,69 +163,38 @@ func MissingMetrics() StepMetrics {
 	return m
 }
 
-// StepMetricsOf starts a step's metrics from the summary of scoring its
-// rollouts: accuracy, reward statistics, zero-std fractions (chosen and
-// binary), completion lengths and the scoring time. Training and timing
-// fields are left missing for the run loop to fill. The mean length of right
-// (or wrong) completions is missing when there are none, rather than 0.
-func StepMetricsOf(step int, s Summary) StepMetrics {
-	m := MissingMetrics()
-	m.Step = step
-	o := s.Outcomes
-	m.Accuracy = o.Accuracy
-	m.MeanReward, m.RewardStd = s.Reward.Mean, s.Reward.Std
-	m.ZeroStdFrac, m.ZeroStdFracBinary = s.Reward.ZeroStdFraction, s.Binary.ZeroStdFraction
-	right, wrong := float64(o.Correct), float64(o.Completions-o.Correct)
-	if right > 0 {
-		m.MeanTokensRight = o.MeanTokensRight
-	}
-	if wrong > 0 {
-		m.MeanTokensWrong = o.MeanTokensWrong
-	}
-	switch {
-	case right > 0 && wrong > 0:
-		m.MeanTokens = (right*o.MeanTokensRight + wrong*o.MeanTokensWrong) / (right + wrong)
-	case right > 0:
-		m.MeanTokens = o.MeanTokensRight
-	case wrong > 0:
-		m.MeanTokens = o.MeanTokensWrong
-	}
-	m.ScoreS = s.Seconds
-	return m
-}
-
-// Names of the files MetricsLog keeps in a run folder.
+// Names of the files Log keeps in a run folder.
 const (
-	MetricsJSONL = "metrics.jsonl"
-	MetricsCSV   = "metrics.csv"
+	JSONLFile = "metrics.jsonl"
+	CSVFile   = "metrics.csv"
 )
 
-// MetricsLog records a run's per-step metrics in its folder: metrics.jsonl
+// Log records a run's per-step metrics in its folder: metrics.jsonl
 // gets one line per step, appended in a single write so that a killed run
 // never leaves half a record, and metrics.csv is rewritten whole (atomically)
 // after each step for spreadsheets and plotting tools.
-type MetricsLog struct {
+type Log struct {
 	dir  string
-	rows []StepMetrics
+	rows []Step
 	app  *dataset.Appender
 }
 
-// OpenMetricsLog opens runDir's metrics for appending. It keeps the rows
+// OpenLog opens runDir's metrics for appending. It keeps the rows
 // already there for steps up to lastStep and drops later ones, which a
 // resumed run is about to redo: a run resuming from the checkpoint of step k
 // passes k, a fresh run passes -1.
-func OpenMetricsLog(runDir string, lastStep int) (*MetricsLog, error) {
-	path := filepath.Join(runDir, MetricsJSONL)
+func OpenLog(runDir string, lastStep int) (*Log, error) {
+	path := filepath.Join(runDir, JSONLFile)
 	if err := dataset.TruncatePartial(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	rows, err := ReadMetrics(path)
+	rows, err := Read(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	keep := slices.DeleteFunc(slices.Clone(rows), func(m StepMetrics) bool { return m.Step > lastStep })
+	keep := slices.DeleteFunc(slices.Clone(rows), func(m Step) bool { return m.Step > lastStep })
 	if len(keep) != len(rows) {
-		if err := writeMetricsJSONL(path, keep); err != nil {
+		if err := writeJSONL(path, keep); err != nil {
 			return nil, err
 		}
 	}
@@ -230,7 +202,7 @@ func OpenMetricsLog(runDir string, lastStep int) (*MetricsLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &MetricsLog{dir: runDir, rows: keep, app: app}
+	l := &Log{dir: runDir, rows: keep, app: app}
 	if err := l.writeCSV(); err != nil {
 		return nil, errors.Join(err, app.Close())
 	}
@@ -238,9 +210,9 @@ func OpenMetricsLog(runDir string, lastStep int) (*MetricsLog, error) {
 }
 
 // Append records one step's metrics. Steps must increase.
-func (l *MetricsLog) Append(m StepMetrics) error {
+func (l *Log) Append(m Step) error {
 	if n := len(l.rows); n > 0 && m.Step <= l.rows[n-1].Step {
-		return fmt.Errorf("%s: step %d recorded after step %d", filepath.Join(l.dir, MetricsJSONL), m.Step, l.rows[n-1].Step)
+		return fmt.Errorf("%s: step %d recorded after step %d", filepath.Join(l.dir, JSONLFile), m.Step, l.rows[n-1].Step)
 	}
 	if err := l.app.Write(m); err != nil {
 		return err
@@ -250,22 +222,22 @@ func (l *MetricsLog) Append(m StepMetrics) error {
 }
 
 // Rows are the steps recorded so far, kept ones included.
-func (l *MetricsLog) Rows() []StepMetrics { return slices.Clone(l.rows) }
+func (l *Log) Rows() []Step { return slices.Clone(l.rows) }
 
 // Close closes metrics.jsonl.
-func (l *MetricsLog) Close() error { return l.app.Close() }
+func (l *Log) Close() error { return l.app.Close() }
 
-func (l *MetricsLog) writeCSV() error {
-	return atomicfile.Write(filepath.Join(l.dir, MetricsCSV), func(w io.Writer) error {
-		return WriteMetricsCSV(w, l.rows)
+func (l *Log) writeCSV() error {
+	return atomicfile.Write(filepath.Join(l.dir, CSVFile), func(w io.Writer) error {
+		return WriteCSV(w, l.rows)
 	})
 }
 
-// WriteMetricsCSV writes a header of the JSON names and one row per step;
+// WriteCSV writes a header of the JSON names and one row per step;
 // missing values are empty cells.
-func WriteMetricsCSV(w io.Writer, rows []StepMetrics) error {
+func WriteCSV(w io.Writer, rows []Step) error {
 	cw := csv.NewWriter(w)
-	cw.Write(metricColumns)
+	cw.Write(columns)
 	for _, m := range rows {
 		cw.Write(m.cells())
 	}
@@ -273,13 +245,13 @@ func WriteMetricsCSV(w io.Writer, rows []StepMetrics) error {
 	return cw.Error()
 }
 
-// ReadMetrics reads a metrics.jsonl file.
-func ReadMetrics(path string) ([]StepMetrics, error) {
-	rows, _, _, err := dataset.ReadFile[StepMetrics](path, false)
+// Read reads a metrics.jsonl file.
+func Read(path string) ([]Step, error) {
+	rows, _, _, err := dataset.ReadFile[Step](path, false)
 	return rows, err
 }
 
-func writeMetricsJSONL(path string, rows []StepMetrics) error {
+func writeJSONL(path string, rows []Step) error {
 	w, err := dataset.Create(path)
 	if err != nil {
 		return err
