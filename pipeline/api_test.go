@@ -101,13 +101,13 @@ func TestRolloutResumeChecksProvenance(t *testing.T) {
 	if res, err = Rollout(ctx, m, o2); err != nil || res.Groups != 3 || res.AlreadyDone != 0 {
 		t.Fatalf("restart: %d groups, %v", res.Groups, err)
 	}
-	var prov RolloutProvenance
-	b, err := os.ReadFile(ProvenancePath(out))
+	var prov dataset.RolloutProvenance
+	b, err := os.ReadFile(dataset.ProvenancePath(out))
 	if err != nil || json.Unmarshal(b, &prov) != nil || prov.Settings.Temperature != 0.5 || len(prov.ModelSHA256) != 64 {
 		t.Fatalf("provenance after restart: %s %v", b, err)
 	}
 	// A file without provenance is not resumed.
-	os.Remove(ProvenancePath(out))
+	os.Remove(dataset.ProvenancePath(out))
 	o2.Restart = false
 	if _, err := Rollout(ctx, m, o2); err == nil || !strings.Contains(err.Error(), "--restart") {
 		t.Fatalf("resume without provenance: %v", err)

@@ -175,10 +175,10 @@ func newProvenance(opts ExportOptions) (dataset.Provenance, error) {
 	if opts.Model == "" {
 		// No model given: the rollout's provenance, which score keeps
 		// beside its output, says what made the completions.
-		if b, err := os.ReadFile(ProvenancePath(opts.In)); err == nil {
-			var rp RolloutProvenance
+		if b, err := os.ReadFile(dataset.ProvenancePath(opts.In)); err == nil {
+			var rp dataset.RolloutProvenance
 			if err := json.Unmarshal(b, &rp); err != nil {
-				return p, fmt.Errorf("%s: %w", ProvenancePath(opts.In), err)
+				return p, fmt.Errorf("%s: %w", dataset.ProvenancePath(opts.In), err)
 			}
 			p.ModelSHA256 = rp.ModelSHA256
 			if p.Adapter == "" {

@@ -235,8 +235,8 @@ func Score(ctx context.Context, opts ScoreOptions) (Summary, error) {
 			return Summary{}, err
 		}
 		// The rollout's provenance goes along, for the export.
-		if b, err := os.ReadFile(ProvenancePath(opts.In)); err == nil {
-			if err := atomicfile.Write(ProvenancePath(opts.Out), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
+		if b, err := os.ReadFile(dataset.ProvenancePath(opts.In)); err == nil {
+			if err := atomicfile.Write(dataset.ProvenancePath(opts.Out), func(w io.Writer) error { _, err := w.Write(b); return err }); err != nil {
 				return Summary{}, err
 			}
 		}

@@ -116,7 +116,7 @@ func Rollouts(inputs []string, out string) (Result, error) {
 	res.Shards = whole.N
 	merged := first
 	merged.Shard = ""
-	if err := atomicfile.WriteJSON(pipeline.ProvenancePath(out), merged); err != nil {
+	if err := atomicfile.WriteJSON(dataset.ProvenancePath(out), merged); err != nil {
 		w.Abort()
 		return res, err
 	}
@@ -125,16 +125,16 @@ func Rollouts(inputs []string, out string) (Result, error) {
 
 // readProvenances reads each rollout file's provenance file, which says
 // its shard ("K/N") and what made it.
-func readProvenances(inputs []string) ([]pipeline.RolloutProvenance, []string, error) {
-	provs := make([]pipeline.RolloutProvenance, len(inputs))
+func readProvenances(inputs []string) ([]dataset.RolloutProvenance, []string, error) {
+	provs := make([]dataset.RolloutProvenance, len(inputs))
 	specs := make([]string, len(inputs))
 	for i, in := range inputs {
-		b, err := os.ReadFile(pipeline.ProvenancePath(in))
+		b, err := os.ReadFile(dataset.ProvenancePath(in))
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: its provenance file says which shard it is and what made it: %w", in, err)
 		}
 		if err := json.Unmarshal(b, &provs[i]); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", pipeline.ProvenancePath(in), err)
+			return nil, nil, fmt.Errorf("%s: %w", dataset.ProvenancePath(in), err)
 		}
 		specs[i] = provs[i].Shard
 	}
