@@ -125,7 +125,7 @@ func (m *Model) SHA256() (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.modelSHA == "" {
-		h, err := FileSHA256(m.cfg.Path)
+		h, err := dataset.FileSHA256(m.cfg.Path)
 		if err != nil {
 			return "", fmt.Errorf("hashing the model: %w", err)
 		}
@@ -142,7 +142,7 @@ func (m *Model) AdapterSHA256() (string, error) {
 		return "", nil
 	}
 	if m.adapterSHA == "" {
-		h, err := FileSHA256(m.adapter.Path())
+		h, err := dataset.FileSHA256(m.adapter.Path())
 		if err != nil {
 			return "", fmt.Errorf("hashing the adapter: %w", err)
 		}

@@ -68,7 +68,7 @@ const WorkersFile = "workers.json"
 // one without log-probs is teacher-forced locally at scoring time
 // (metrics.Step.TeacherForced counts those).
 func remoteStep(ctx context.Context, cfg Config, rem RemoteRollouts, e *rollout.Engine, step int, batch []dataset.Prompt, rolls, adapter string) (rollout.Stats, error) {
-	sum, err := FileSHA256(adapter)
+	sum, err := dataset.FileSHA256(adapter)
 	if err != nil {
 		return rollout.Stats{}, err
 	}
@@ -155,7 +155,7 @@ func finishRemote(ctx context.Context, rem RemoteRollouts, dir string) error {
 		return err
 	}
 	path := filepath.Join(dir, b.Dir, b.Adapter)
-	sum, err := FileSHA256(path)
+	sum, err := dataset.FileSHA256(path)
 	if err != nil {
 		return err
 	}

@@ -255,7 +255,7 @@ func TestRunOnRemoteWorkers(t *testing.T) {
 	}
 
 	// Both workers end on the run's last adapter.
-	last, err := pipeline.FileSHA256(filepath.Join(cfg.Run.Out, "checkpoints", "step-0003", "adapter.gguf"))
+	last, err := dataset.FileSHA256(filepath.Join(cfg.Run.Out, "checkpoints", "step-0003", "adapter.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
