@@ -14,21 +14,22 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/confclip/confclip/scoring"
 )
 
 // Config is the whole TOML configuration. Every command reads the tables it
 // needs; flags given on the command line win over the file.
 type Config struct {
-	Model      ModelConfig      `toml:"model"`
-	Data       DataConfig       `toml:"data"`
-	Rollout    RolloutConfig    `toml:"rollout"`
-	Verifier   VerifierConfig   `toml:"verifier"`
-	Confidence ConfidenceConfig `toml:"confidence"`
-	Reward     RewardConfig     `toml:"reward"`
-	Advantage  AdvantageConfig  `toml:"advantage"`
-	Train      TrainConfig      `toml:"train"`
-	Run        RunConfig        `toml:"run"`
-	Experiment ExperimentConfig `toml:"experiment"`
+	Model      ModelConfig              `toml:"model"`
+	Data       DataConfig               `toml:"data"`
+	Rollout    RolloutConfig            `toml:"rollout"`
+	Verifier   scoring.VerifierConfig   `toml:"verifier"`
+	Confidence scoring.ConfidenceConfig `toml:"confidence"`
+	Reward     scoring.RewardConfig     `toml:"reward"`
+	Advantage  scoring.AdvantageConfig  `toml:"advantage"`
+	Train      TrainConfig              `toml:"train"`
+	Run        RunConfig                `toml:"run"`
+	Experiment ExperimentConfig         `toml:"experiment"`
 }
 
 // ModelConfig says which model to load and how.
@@ -71,57 +72,6 @@ type RolloutConfig struct {
 	// ("http://host:port/v1"): OpenAI-compatible servers, confclip serve
 	// for adapter uploads (docs/scale.md).
 	Endpoints []string `toml:"endpoints"`
-}
-
-// VerifierConfig chooses and tunes the verifier.
-type VerifierConfig struct {
-	Name       string   `toml:"name"`        // math, exact, choice, format, command
-	Pattern    string   `toml:"pattern"`     // format: regular expression
-	JSON       bool     `toml:"json"`        // format: completion must be JSON
-	Command    []string `toml:"command"`     // command: argv
-	TimeoutMS  int      `toml:"timeout_ms"`  // per verification
-	MaxBytes   int      `toml:"max_bytes"`   // completions are capped to this many bytes
-	RelTol     float64  `toml:"rel_tol"`     // math: relative tolerance for irrationals
-	LastNumber bool     `toml:"last_number"` // math: fall back to the last number
-	// Strict (math): final-answer forms only, no last-number fallback.
-	// Unset means true in run and experiment (a policy trained against the
-	// verifier would learn to end on any number) and false elsewhere.
-	Strict      *bool    `toml:"strict"`
-	Extractors  []string `toml:"extractors"`   // math: extraction priority
-	CaseFold    bool     `toml:"case_fold"`    // exact: ignore case
-	IgnorePunct bool     `toml:"ignore_punct"` // exact: ignore punctuation
-	MemoryMB    int      `toml:"memory_mb"`    // command: address-space limit
-	CPUSeconds  int      `toml:"cpu_seconds"`  // command: CPU-time limit
-}
-
-// ConfidenceConfig chooses the confidence estimator (METHOD.md "Confidence").
-type ConfidenceConfig struct {
-	Estimator string `toml:"estimator"` // geo_mean, arith_mean, min, neg_entropy
-	Scope     string `toml:"scope"`     // completion, answer
-	Vocab     int    `toml:"vocab"`     // vocabulary size V, needed by neg_entropy
-}
-
-// RewardConfig is the reward (METHOD.md "ConfClip reward").
-type RewardConfig struct {
-	Method        string  `toml:"method"`         // confclip, binary
-	Weight        string  `toml:"weight"`         // absolute, relative
-	Lo            float64 `toml:"lo"`             // lower clip (absolute)
-	Hi            float64 `toml:"hi"`             // upper clip (absolute)
-	Eps           float64 `toml:"eps"`            // band half-width (relative)
-	Lambda        float64 `toml:"lambda"`         // penalty on wrong answers
-	FormatWeight  float64 `toml:"format_weight"`  // weight of the format verifier's score
-	FormatPattern string  `toml:"format_pattern"` // regular expression for the format score
-	Overlong      bool    `toml:"overlong"`       // DAPO soft overlong punishment
-	MaxLen        int     `toml:"max_len"`        // overlong: maximum length
-	CacheLen      int     `toml:"cache_len"`      // overlong: soft band length
-}
-
-// AdvantageConfig is the advantage estimator (METHOD.md "Advantages").
-type AdvantageConfig struct {
-	Estimator     string `toml:"estimator"`      // grpo, dr_grpo, rloo, none
-	Scale         string `toml:"scale"`          // grpo's divisor: group, batch, none
-	SkipZeroStd   bool   `toml:"skip_zero_std"`  // drop zero-std groups from the export
-	MaskTruncated bool   `toml:"mask_truncated"` // A = 0 for length-stopped completions
 }
 
 // TrainConfig is the policy-gradient step.
@@ -174,10 +124,10 @@ func DefaultConfig() Config {
 	return Config{
 		Model:      ModelConfig{Ctx: 2048},
 		Rollout:    RolloutConfig{Group: 8, MaxTokens: 0, Temperature: 1, TopP: 1},
-		Verifier:   VerifierConfig{Name: "math", TimeoutMS: 2000, MaxBytes: 64 << 10, RelTol: 1e-6, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10},
-		Confidence: ConfidenceConfig{Estimator: "geo_mean", Scope: "completion"},
-		Reward:     RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
-		Advantage:  AdvantageConfig{Estimator: "grpo", Scale: "group"},
+		Verifier:   scoring.VerifierConfig{Name: "math", TimeoutMS: 2000, MaxBytes: 64 << 10, RelTol: 1e-6, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10},
+		Confidence: scoring.ConfidenceConfig{Estimator: "geo_mean", Scope: "completion"},
+		Reward:     scoring.RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
+		Advantage:  scoring.AdvantageConfig{Estimator: "grpo", Scale: "group"},
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
 			GradClip: 1, LossAgg: "token_mean", Iterations: 1, Epsilon: 0.2, Schedule: "constant",
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},

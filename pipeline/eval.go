@@ -111,7 +111,7 @@ type EvalResult struct {
 // model (and, with o.Samples > 1, K sampled ones each), verifies them with
 // the config's verifier and measures accuracy, pass@K and calibration.
 func Evaluate(ctx context.Context, m *Model, o EvalOptions) (EvalResult, error) {
-	pf, err := ReadPromptFile(o.Data, o.Config.Data.Map, false)
+	pf, err := dataset.ReadPromptFile(o.Data, o.Config.Data.Map, false)
 	if err != nil {
 		return EvalResult{Data: o.Data}, err
 	}

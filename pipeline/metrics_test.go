@@ -5,10 +5,11 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/confclip"
+	"github.com/confclip/confclip/scoring"
 )
 
 func TestStepMetricsOf(t *testing.T) {
-	var s Summary
+	var s scoring.Summary
 	s.Outcomes = confclip.OutcomeStatsOf([][]bool{{true, false, false, false}}, [][]int{{10, 30, 20, 40}})
 	s.Reward = confclip.RewardStatsOf("confclip", [][]float64{{0.8, -0.9, -0.3, -0.5}})
 	s.Binary = confclip.RewardStatsOf("binary", [][]float64{{1, 0, 0, 0}})

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/confclip/confclip/scoring"
 )
 
 // TestOutputIsNotInput: issue 23's typos. An output that names an input
@@ -41,7 +43,7 @@ func TestOutputIsNotInput(t *testing.T) {
 			return err
 		},
 		"score --out IN": func() error {
-			_, err := Score(context.Background(), ScoreOptions{In: data, Out: data})
+			_, err := Score(context.Background(), ScoreOptions{Options: scoring.Options{In: data, Out: data}})
 			return err
 		},
 	}

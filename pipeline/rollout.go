@@ -121,7 +121,7 @@ func Rollout(ctx context.Context, m *Model, o RolloutOptions) (RolloutResult, er
 	if err := o.check(); err != nil {
 		return res, err
 	}
-	pf, err := ReadPromptFile(o.In, cfg.Data.Map, o.SkipBad)
+	pf, err := dataset.ReadPromptFile(o.In, cfg.Data.Map, o.SkipBad)
 	if err != nil {
 		return res, err
 	}

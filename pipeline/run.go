@@ -23,6 +23,7 @@ import (
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/rollout"
+	"github.com/confclip/confclip/scoring"
 	"github.com/confclip/confclip/train"
 )
 
@@ -640,7 +641,7 @@ func readPrompts(path, fieldMap string) ([]dataset.Prompt, error) {
 	if path == "" {
 		return nil, errors.New("no training prompts given ([data] train)")
 	}
-	pf, err := ReadPromptFile(path, fieldMap, false)
+	pf, err := dataset.ReadPromptFile(path, fieldMap, false)
 	if err != nil {
 		return nil, err
 	}
@@ -790,7 +791,7 @@ func saveCheckpoint(dir string, step int, a *llama.Adapter, arch string, tr *tra
 // binary), completion lengths and the scoring time. Training and timing
 // fields are left missing for the run loop to fill. The mean length of right
 // (or wrong) completions is missing when there are none, rather than 0.
-func StepMetricsOf(step int, s Summary) metrics.Step {
+func StepMetricsOf(step int, s scoring.Summary) metrics.Step {
 	m := metrics.Missing()
 	m.Step = step
 	o := s.Outcomes

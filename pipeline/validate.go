@@ -10,6 +10,7 @@ import (
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/scoring"
 	"github.com/confclip/confclip/train"
 	"github.com/confclip/confclip/verifiers"
 )
@@ -210,7 +211,7 @@ var checks = []check{
 		if !slices.Contains(verifiers.Names(), c.Verifier.Name) {
 			return nil
 		}
-		_, err := verifiers.New(c.Verifier.Name, VerifierOptions(c.Verifier))
+		_, err := verifiers.New(c.Verifier.Name, scoring.VerifierOptions(c.Verifier))
 		return err
 	}),
 

@@ -12,6 +12,7 @@ import (
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/scoring"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -141,7 +142,7 @@ func (c chart) withReward(reward string) chart {
 // RewardName is how the plots name a reward configuration: the method,
 // confclip's weighting, and the format and overlong terms when on, as in
 // "confclip relative + format 0.1".
-func RewardName(r pipeline.RewardConfig) string {
+func RewardName(r scoring.RewardConfig) string {
 	name := r.Method
 	if r.Method == "confclip" && r.Weight != "" {
 		name += " " + r.Weight

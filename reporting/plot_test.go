@@ -10,6 +10,7 @@ import (
 
 	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/scoring"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 )
@@ -109,7 +110,7 @@ func TestPlotLayout(t *testing.T) {
 	}
 	// reward.png's title names the reward; every title fits the image.
 	cfg := pipeline.DefaultConfig()
-	for _, r := range []pipeline.RewardConfig{cfg.Reward, {Method: "binary"}, {Method: "confclip", Weight: "absolute", FormatWeight: 0.1, Overlong: true}} {
+	for _, r := range []scoring.RewardConfig{cfg.Reward, {Method: "binary"}, {Method: "confclip", Weight: "absolute", FormatWeight: 0.1, Overlong: true}} {
 		name := RewardName(r)
 		title := runCharts[1].withReward(name).title
 		if !strings.HasPrefix(name, r.Method) || !strings.HasSuffix(title, ": "+name) {
@@ -120,7 +121,7 @@ func TestPlotLayout(t *testing.T) {
 			t.Errorf("title %q is %v wide, the image %v", p.Title.Text, w, plotWidth)
 		}
 	}
-	if got := RewardName(pipeline.RewardConfig{Method: "confclip", Weight: "relative", FormatWeight: 0.1}); got != "confclip relative + format 0.1" {
+	if got := RewardName(scoring.RewardConfig{Method: "confclip", Weight: "relative", FormatWeight: 0.1}); got != "confclip relative + format 0.1" {
 		t.Errorf("RewardName: %q", got)
 	}
 	for _, c := range append(append([]chart{}, runCharts...), compareCharts...) {

@@ -7,13 +7,13 @@ import (
 
 	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/internal/english"
-	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/scoring"
 )
 
 // ScoreTable prints a score summary for a reader: outcomes, the chosen
 // reward beside the binary baseline (zero-std groups above all),
 // calibration and what was skipped.
-func ScoreTable(w io.Writer, s pipeline.Summary) error {
+func ScoreTable(w io.Writer, s scoring.Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "scored %s in %s from %s", english.Count(s.Records, "record"), english.Count(s.Groups, "group"), s.In)
 	if s.Out != "" {

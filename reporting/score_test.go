@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/scoring"
 )
 
 // TestSummaryPlurals: the summary table says "1 record", "1 group", "1
@@ -13,7 +13,7 @@ import (
 func TestSummaryPlurals(t *testing.T) {
 	oneS := regexp.MustCompile(`\b1 [a-z-]+s\b`)
 	for _, n := range []int{1, 2} {
-		s := pipeline.Summary{Records: n, Groups: n, In: "in.jsonl", ScopeFallbacks: n, Skipped: pipeline.Skipped{Records: n, Groups: n, Reasons: map[string]int{"malformed line": n}}}
+		s := scoring.Summary{Records: n, Groups: n, In: "in.jsonl", ScopeFallbacks: n, Skipped: scoring.Skipped{Records: n, Groups: n, Reasons: map[string]int{"malformed line": n}}}
 		s.Reward.Method = "binary"
 		var b strings.Builder
 		if err := ScoreTable(&b, s); err != nil {
@@ -38,7 +38,7 @@ func TestSummaryPlurals(t *testing.T) {
 // TestScoreTableTextOnly: a summary of text-only records (no tokens
 // counted) says so instead of showing token means of 0.
 func TestScoreTableTextOnly(t *testing.T) {
-	s := pipeline.Summary{Records: 2, Groups: 1, In: "in.jsonl"}
+	s := scoring.Summary{Records: 2, Groups: 1, In: "in.jsonl"}
 	s.Outcomes.Accuracy = 0.5
 	var b strings.Builder
 	if err := ScoreTable(&b, s); err != nil {

@@ -62,8 +62,9 @@ func TestFileMatchesRollout(t *testing.T) {
 		}
 	}
 	// Score through the same handle: records without log-probs are forced.
-	sum, err := pipeline.Score(context.Background(), pipeline.ScoreOptions{In: bare, Verifier: cfg.Verifier, Confidence: cfg.Confidence,
-		Reward: cfg.Reward, Advantage: cfg.Advantage, Model: m})
+	so := pipeline.NewScoreOptions(cfg, bare, "")
+	so.Model = m
+	sum, err := pipeline.Score(context.Background(), so)
 	if err != nil || sum.TeacherForced != len(recs) {
 		t.Fatalf("score with a model: %d teacher-forced, %v", sum.TeacherForced, err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/dataset/parquetio"
-	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/tools"
 )
 
@@ -88,7 +87,7 @@ func TestPromptShapesEndToEnd(t *testing.T) {
 			if len(rs) != 2*len(tc.ids) {
 				t.Fatalf("%d rollouts, want %d", len(rs), 2*len(tc.ids))
 			}
-			pf, err := pipeline.ReadPromptFile(tc.file, strings.Join(mapArg(tc.extra), ""), false)
+			pf, err := dataset.ReadPromptFile(tc.file, strings.Join(mapArg(tc.extra), ""), false)
 			if err != nil || !strings.Contains(pf.Shape, tc.shape) {
 				t.Errorf("shape %q (%v), want %q", pf.Shape, err, tc.shape)
 			}

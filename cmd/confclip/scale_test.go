@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/scoring"
 	"github.com/confclip/confclip/tools"
 )
 
@@ -70,7 +70,7 @@ func TestShardFlagsAndMerge(t *testing.T) {
 	if code, out := runOut(t, "merge", "scores", "--out", "s.jsonl", "--summary", "s.json", "s0.json", "s1.json"); code != 0 {
 		t.Fatalf("merge scores: exit %d\n%s", code, out)
 	}
-	var sum pipeline.Summary
+	var sum scoring.Summary
 	b, _ := os.ReadFile("s.json")
 	if err := json.Unmarshal(b, &sum); err != nil || sum.Groups != 12 || sum.Records != 24 {
 		t.Fatalf("merged summary %s: %v", b, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/scoring"
 	"github.com/confclip/confclip/shard"
 )
 
@@ -184,7 +185,7 @@ func appendRollouts(w *dataset.Writer, in string, s shard.Shard, spec string, G 
 // summary of all of them.
 type ScoreResult struct {
 	Result
-	Summary pipeline.Summary `json:"summary"`
+	Summary scoring.Summary `json:"summary"`
 }
 
 // Scores joins the scored files of the N shards of one score job,
@@ -213,7 +214,7 @@ func Scores(summaries []string, out string) (ScoreResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", summaries[order[0]], err)
 	}
-	total := pipeline.Summary{Out: out, Verifier: f.Verifier, ConfidenceEstimator: f.ConfidenceEstimator, ConfidenceScope: f.ConfidenceScope, Advantage: f.Advantage}
+	total := scoring.Summary{Out: out, Verifier: f.Verifier, ConfidenceEstimator: f.ConfidenceEstimator, ConfidenceScope: f.ConfidenceScope, Advantage: f.Advantage}
 	var inputs []string
 	w, err := dataset.Create(out)
 	if err != nil {
@@ -246,8 +247,8 @@ func Scores(summaries []string, out string) (ScoreResult, error) {
 }
 
 // readSummaries reads the shards' score summaries and their shards.
-func readSummaries(summaries []string) ([]pipeline.Summary, []string, error) {
-	sums := make([]pipeline.Summary, len(summaries))
+func readSummaries(summaries []string) ([]scoring.Summary, []string, error) {
+	sums := make([]scoring.Summary, len(summaries))
 	specs := make([]string, len(summaries))
 	for i, path := range summaries {
 		b, err := os.ReadFile(path)
@@ -264,7 +265,7 @@ func readSummaries(summaries []string) ([]pipeline.Summary, []string, error) {
 
 // sameScoring refuses shards scored with another verifier, confidence,
 // reward or advantage than the first.
-func sameScoring(summaries []string, sums []pipeline.Summary, order []int) error {
+func sameScoring(summaries []string, sums []scoring.Summary, order []int) error {
 	f := sums[order[0]]
 	for _, i := range order[1:] {
 		s := sums[i]
@@ -280,7 +281,7 @@ func sameScoring(summaries []string, sums []pipeline.Summary, order []int) error
 
 // scoredFile is the scored file a summary names: as written, or beside the
 // summary when it is not found so (a shard's folder copied elsewhere).
-func scoredFile(summary string, s pipeline.Summary) string {
+func scoredFile(summary string, s scoring.Summary) string {
 	in := s.Out
 	if _, err := os.Stat(in); err != nil && !filepath.IsAbs(in) {
 		in = filepath.Join(filepath.Dir(summary), filepath.Base(in))
@@ -292,7 +293,7 @@ func scoredFile(summary string, s pipeline.Summary) string {
 // into groups, checking them against the shard's summary and that every
 // prompt is in the shard (spec) and in no other file (owner); it returns
 // how many records it copied.
-func appendScored(w *dataset.Writer, in, summary string, s pipeline.Summary, sh shard.Shard, spec string, groups *[][]*dataset.Scored, owner map[string]string) (int, error) {
+func appendScored(w *dataset.Writer, in, summary string, s scoring.Summary, sh shard.Shard, spec string, groups *[][]*dataset.Scored, owner map[string]string) (int, error) {
 	if s.Out == "" {
 		return 0, fmt.Errorf("%s: the shard wrote no scored file (score --out) to merge", summary)
 	}

@@ -1,4 +1,4 @@
-package pipeline
+package scoring
 
 import (
 	"bufio"
@@ -8,7 +8,6 @@ import (
 	"os"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/rollout"
 )
 
 // readOpenAI reads s.opts.In when it holds OpenAI responses (dataset.
@@ -26,7 +25,7 @@ func (s *scorer) readOpenAI() (recs []*scoreRecord, ok bool, err error) {
 	var pf dataset.PromptFile
 	byID := map[string]*dataset.Prompt{}
 	if s.opts.Prompts != "" {
-		if pf, err = ReadPromptFile(s.opts.Prompts, s.opts.PromptMap, false); err != nil {
+		if pf, err = dataset.ReadPromptFile(s.opts.Prompts, s.opts.PromptMap, false); err != nil {
 			return nil, true, err
 		}
 		for i := range pf.Prompts {
@@ -150,8 +149,8 @@ func (s *scorer) joinPrompt(rec *dataset.OpenAIRecord, pf dataset.PromptFile, by
 	// A chat response answered the prompt as the server's chat template
 	// rendered it; teacher forcing must see the same text.
 	chat := rec.Response.Object == "chat.completion" || len(rec.Response.Choices) > 0 && rec.Response.Choices[0].Message != nil
-	if m := s.opts.Model; m != nil && m.llm != nil && (chat || len(rec.Messages) > 0) {
-		text, err := rollout.RenderChat(m.llm, m.cfg.ChatTemplate, rec.Messages, rec.Prompt)
+	if s.opts.RenderChat != nil && (chat || len(rec.Messages) > 0) {
+		text, err := s.opts.RenderChat(rec.Messages, rec.Prompt)
 		if err != nil {
 			return fmt.Errorf("prompt %q: chat template: %w", rec.PromptID, err)
 		}

@@ -1,4 +1,4 @@
-package pipeline
+package scoring_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/confclip/confclip/scoring"
 )
 
 // OpenAI responses that cannot be scored say why, naming file and line.
@@ -36,7 +38,7 @@ func TestScoreOpenAIErrors(t *testing.T) {
 		if !strings.HasPrefix(tc.name, "confidence") {
 			o.Reward.Method = "binary"
 		}
-		_, err := Score(context.Background(), o)
+		_, err := scoring.Score(context.Background(), o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
@@ -44,7 +46,7 @@ func TestScoreOpenAIErrors(t *testing.T) {
 	// The bare response answers the one prompt in order and scores.
 	o := testOptions(write("ok.jsonl", resp+"\n"), filepath.Join(dir, "ok-out.jsonl"))
 	o.Prompts, o.Reward.Method = prompts, "binary"
-	sum, err := Score(context.Background(), o)
+	sum, err := scoring.Score(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

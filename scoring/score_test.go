@@ -1,4 +1,4 @@
-package pipeline
+package scoring_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/scoring"
 	"github.com/confclip/confclip/verifiers"
 )
 
@@ -18,7 +20,7 @@ import (
 // not depend on the real verifiers' extraction rules: the answer is the text
 // after the last "= " (or the whole trimmed text), right when it equals the
 // reference.
-const testVerifier = "pipeline-test"
+const testVerifier = "scoring-test"
 
 func init() {
 	verifiers.Register(testVerifier, func(verifiers.Options) (verifiers.Verifier, error) { return answerAfterEquals{}, nil })
@@ -44,8 +46,8 @@ func (answerAfterEquals) Verify(_ context.Context, completion, reference string)
 	return verifiers.Result{Score: score, Correct: ok, Extracted: ans, Start: start, End: start + len(ans)}, nil
 }
 
-func testOptions(in, out string) ScoreOptions {
-	o := NewScoreOptions(DefaultConfig(), in, out)
+func testOptions(in, out string) scoring.Options {
+	o := pipeline.NewScoreOptions(pipeline.DefaultConfig(), in, out).Options
 	o.Verifier.Name = testVerifier
 	return o
 }
@@ -79,7 +81,7 @@ var exampleWants = map[string][]want{
 func TestScoreWorkedExamples(t *testing.T) {
 	in := filepath.Join("testdata", "examples.jsonl")
 	out := filepath.Join(t.TempDir(), "scored.jsonl")
-	sum, err := Score(context.Background(), testOptions(in, out))
+	sum, err := scoring.Score(context.Background(), testOptions(in, out))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +151,7 @@ func TestScoreEstimators(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "scored.jsonl")
 			o := testOptions(filepath.Join("testdata", "examples.jsonl"), out)
 			o.Reward.Method, o.Advantage.Estimator = tt.reward, tt.adv
-			if _, err := Score(context.Background(), o); err != nil {
+			if _, err := scoring.Score(context.Background(), o); err != nil {
 				t.Fatal(err)
 			}
 			for _, sc := range readScored(t, out) {
@@ -202,7 +204,7 @@ func TestScoreTextOnly(t *testing.T) {
 	// Binary needs no log-probs.
 	o := testOptions(in, filepath.Join(dir, "binary.jsonl"))
 	o.Reward.Method = "binary"
-	sum, err := Score(context.Background(), o)
+	sum, err := scoring.Score(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +221,7 @@ func TestScoreTextOnly(t *testing.T) {
 
 	// ConfClip without a model names the first record.
 	o = testOptions(in, filepath.Join(dir, "confclip.jsonl"))
-	_, err = Score(context.Background(), o)
+	_, err = scoring.Score(context.Background(), o)
 	if err == nil || !strings.Contains(err.Error(), in+":1:") || !strings.Contains(err.Error(), "no log-probs") {
 		t.Errorf("confclip without log-probs: err = %v, want %s:1: ... no log-probs", err, in)
 	}
@@ -237,7 +239,7 @@ func TestScoreTextOnly(t *testing.T) {
 		return nil
 	}
 	o.Confidence.Scope = "answer"
-	sum, err = Score(context.Background(), o)
+	sum, err = scoring.Score(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +264,7 @@ func TestScoreAnswerScopeFallback(t *testing.T) {
 	writeJSONL(t, in, rec(0, "  ", []int{0, 1}), rec(1, "x = 4", nil), rec(2, "x = 4", []int{0, 2}))
 	o := testOptions(in, filepath.Join(dir, "out.jsonl"))
 	o.Confidence.Scope = "answer"
-	sum, err := Score(context.Background(), o)
+	sum, err := scoring.Score(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +292,7 @@ func TestScoreMaskTruncatedAndOverlong(t *testing.T) {
 	o.Reward.Method, o.Advantage.Estimator = "binary", "none"
 	o.Advantage.MaskTruncated = true
 	o.Reward.Overlong, o.Reward.MaxLen, o.Reward.CacheLen = true, 10, 4 // 9 tokens: (6-9)/4 = -0.75
-	sum, err := Score(context.Background(), o)
+	sum, err := scoring.Score(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,16 +327,16 @@ func TestScoreBadInput(t *testing.T) {
 		skipped int // records skipped with SkipBad
 		reason  string
 	}{
-		{"malformed line", []any{good("a", 0), `{"prompt_id": "a", "sample": `, good("a", 1)}, 2, "malformed JSON", 1, badJSON},
-		{"unequal group", []any{good("a", 0), good("a", 1), good("b", 0), good("c", 0), good("c", 1)}, 3, `prompt "b" has 1 completions, want 2`, 1, badGroupSize},
-		{"missing answer", []any{good("a", 0), good("a", 1), good("b", 0), noAnswer}, 4, "missing reference answer", 2, badGroupSize},
-		{"length mismatch", []any{good("a", 0), good("a", 1), good("b", 0), mismatch}, 4, "logprobs has 2 entries but the completion has 1 tokens", 2, badGroupSize},
-		{"unknown verifier", []any{good("a", 0), good("a", 1), unknown}, 3, `unknown verifier "no-such"`, 1, badRecord},
+		{"malformed line", []any{good("a", 0), `{"prompt_id": "a", "sample": `, good("a", 1)}, 2, "malformed JSON", 1, scoring.BadJSON},
+		{"unequal group", []any{good("a", 0), good("a", 1), good("b", 0), good("c", 0), good("c", 1)}, 3, `prompt "b" has 1 completions, want 2`, 1, scoring.BadGroupSize},
+		{"missing answer", []any{good("a", 0), good("a", 1), good("b", 0), noAnswer}, 4, "missing reference answer", 2, scoring.BadGroupSize},
+		{"length mismatch", []any{good("a", 0), good("a", 1), good("b", 0), mismatch}, 4, "logprobs has 2 entries but the completion has 1 tokens", 2, scoring.BadGroupSize},
+		{"unknown verifier", []any{good("a", 0), good("a", 1), unknown}, 3, `unknown verifier "no-such"`, 1, scoring.BadRecord},
 		// a group's sample indices must be 0..G-1, each once (-1, 1e9 and a
 		// repeated index used to be accepted)
-		{"negative sample", []any{good("a", 0), good("a", 1), good("b", 0), good("b", -1)}, 4, `prompt "b": sample -1 outside 0..1`, 2, badRecord},
-		{"huge sample", []any{good("a", 0), good("a", 1), good("b", 1e9), good("b", 0)}, 3, `prompt "b": sample 1000000000 outside 0..1`, 2, badRecord},
-		{"duplicate sample", []any{good("a", 0), good("a", 1), good("b", 1), good("b", 1)}, 4, `prompt "b": sample 1 appears twice (also on line 3)`, 2, badRecord},
+		{"negative sample", []any{good("a", 0), good("a", 1), good("b", 0), good("b", -1)}, 4, `prompt "b": sample -1 outside 0..1`, 2, scoring.BadRecord},
+		{"huge sample", []any{good("a", 0), good("a", 1), good("b", 1e9), good("b", 0)}, 3, `prompt "b": sample 1000000000 outside 0..1`, 2, scoring.BadRecord},
+		{"duplicate sample", []any{good("a", 0), good("a", 1), good("b", 1), good("b", 1)}, 4, `prompt "b": sample 1 appears twice (also on line 3)`, 2, scoring.BadRecord},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -342,14 +344,14 @@ func TestScoreBadInput(t *testing.T) {
 			in := filepath.Join(dir, "in.jsonl")
 			writeJSONL(t, in, tt.lines...)
 			o := testOptions(in, filepath.Join(dir, "out.jsonl"))
-			_, err := Score(context.Background(), o)
+			_, err := scoring.Score(context.Background(), o)
 			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%s:%d:", in, tt.line)) || !strings.Contains(err.Error(), tt.errHas) {
 				t.Fatalf("err = %v, want %s:%d: ...%s", err, in, tt.line, tt.errHas)
 			}
 			assertNoOutput(t, o.Out)
 
 			o.SkipBad = true
-			sum, err := Score(context.Background(), o)
+			sum, err := scoring.Score(context.Background(), o)
 			if err != nil {
 				t.Fatalf("with SkipBad: %v", err)
 			}
@@ -383,22 +385,22 @@ func TestScoreOptionsErrors(t *testing.T) {
 	in := filepath.Join("testdata", "examples.jsonl")
 	for _, tt := range []struct {
 		name   string
-		change func(*ScoreOptions)
+		change func(*scoring.Options)
 		errHas string
 	}{
-		{"reward", func(o *ScoreOptions) { o.Reward.Method = "nope" }, "unknown reward method"},
-		{"weight", func(o *ScoreOptions) { o.Reward.Weight = "nope" }, "unknown reward weight"},
-		{"clip", func(o *ScoreOptions) { o.Reward.Lo = 2 }, "reward.lo"},
-		{"estimator", func(o *ScoreOptions) { o.Confidence.Estimator = "nope" }, "unknown confidence estimator"},
-		{"vocab", func(o *ScoreOptions) { o.Confidence.Estimator = "neg_entropy" }, "confidence.vocab"},
-		{"scope", func(o *ScoreOptions) { o.Confidence.Scope = "nope" }, "unknown confidence scope"},
-		{"advantage", func(o *ScoreOptions) { o.Advantage.Estimator = "nope" }, "unknown advantage estimator"},
-		{"overlong", func(o *ScoreOptions) { o.Reward.Overlong = true }, "reward.max_len"},
-		{"missing file", func(o *ScoreOptions) { o.In = "testdata/nope.jsonl" }, "nope.jsonl"},
+		{"reward", func(o *scoring.Options) { o.Reward.Method = "nope" }, "unknown reward method"},
+		{"weight", func(o *scoring.Options) { o.Reward.Weight = "nope" }, "unknown reward weight"},
+		{"clip", func(o *scoring.Options) { o.Reward.Lo = 2 }, "reward.lo"},
+		{"estimator", func(o *scoring.Options) { o.Confidence.Estimator = "nope" }, "unknown confidence estimator"},
+		{"vocab", func(o *scoring.Options) { o.Confidence.Estimator = "neg_entropy" }, "confidence.vocab"},
+		{"scope", func(o *scoring.Options) { o.Confidence.Scope = "nope" }, "unknown confidence scope"},
+		{"advantage", func(o *scoring.Options) { o.Advantage.Estimator = "nope" }, "unknown advantage estimator"},
+		{"overlong", func(o *scoring.Options) { o.Reward.Overlong = true }, "reward.max_len"},
+		{"missing file", func(o *scoring.Options) { o.In = "testdata/nope.jsonl" }, "nope.jsonl"},
 	} {
 		o := testOptions(in, filepath.Join(t.TempDir(), "out.jsonl"))
 		tt.change(&o)
-		if _, err := Score(context.Background(), o); err == nil || !strings.Contains(err.Error(), tt.errHas) {
+		if _, err := scoring.Score(context.Background(), o); err == nil || !strings.Contains(err.Error(), tt.errHas) {
 			t.Errorf("%s: err = %v, want %q", tt.name, err, tt.errHas)
 		}
 	}
@@ -407,12 +409,12 @@ func TestScoreOptionsErrors(t *testing.T) {
 // TestScoreWithExact runs the examples through the real exact verifier once
 // it is registered.
 func TestScoreWithExact(t *testing.T) {
-	if _, err := verifiers.New("exact", VerifierOptions(DefaultConfig().Verifier)); err != nil {
+	if _, err := verifiers.New("exact", scoring.VerifierOptions(pipeline.DefaultConfig().Verifier)); err != nil {
 		t.Skip("exact verifier not registered yet:", err)
 	}
 	o := testOptions(filepath.Join("testdata", "examples.jsonl"), filepath.Join(t.TempDir(), "out.jsonl"))
 	o.Verifier.Name = "exact"
-	sum, err := Score(context.Background(), o)
+	sum, err := scoring.Score(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +458,7 @@ func BenchmarkScore(b *testing.B) {
 		b.Fatal(err)
 	}
 	name := testVerifier
-	if _, err := verifiers.New("exact", VerifierOptions(DefaultConfig().Verifier)); err == nil {
+	if _, err := verifiers.New("exact", scoring.VerifierOptions(pipeline.DefaultConfig().Verifier)); err == nil {
 		name = "exact"
 	}
 	rate := map[string]float64{}
@@ -465,7 +467,7 @@ func BenchmarkScore(b *testing.B) {
 			o := testOptions(in, filepath.Join(b.TempDir(), "scored.jsonl"))
 			o.Verifier.Name, o.Reward.Method = name, reward
 			for b.Loop() {
-				if _, err := Score(context.Background(), o); err != nil {
+				if _, err := scoring.Score(context.Background(), o); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -493,10 +495,10 @@ func TestScoreTruncatedIsStrict(t *testing.T) {
 		cut(textOnly("a", 1, " #### 8\nQ: Sam has 3 pens and", "8")),
 		textOnly("a", 2, "Tom has 3 apples and gets 8", "8"))
 	for _, strict := range []bool{false, true} {
-		o := NewScoreOptions(DefaultConfig(), in, filepath.Join(dir, fmt.Sprintf("out-%v.jsonl", strict)))
+		o := pipeline.NewScoreOptions(pipeline.DefaultConfig(), in, filepath.Join(dir, fmt.Sprintf("out-%v.jsonl", strict))).Options
 		o.Reward.Method = "binary" // the config's verifier: math
 		o.Verifier.Strict = &strict
-		if _, err := Score(context.Background(), o); err != nil {
+		if _, err := scoring.Score(context.Background(), o); err != nil {
 			t.Fatal(err)
 		}
 		got := readScored(t, o.Out)

@@ -1,0 +1,52 @@
+package scoring
+
+// VerifierConfig chooses and tunes the verifier.
+type VerifierConfig struct {
+	Name       string   `toml:"name"`        // math, exact, choice, format, command
+	Pattern    string   `toml:"pattern"`     // format: regular expression
+	JSON       bool     `toml:"json"`        // format: completion must be JSON
+	Command    []string `toml:"command"`     // command: argv
+	TimeoutMS  int      `toml:"timeout_ms"`  // per verification
+	MaxBytes   int      `toml:"max_bytes"`   // completions are capped to this many bytes
+	RelTol     float64  `toml:"rel_tol"`     // math: relative tolerance for irrationals
+	LastNumber bool     `toml:"last_number"` // math: fall back to the last number
+	// Strict (math): final-answer forms only, no last-number fallback.
+	// Unset means true in run and experiment (a policy trained against the
+	// verifier would learn to end on any number) and false elsewhere.
+	Strict      *bool    `toml:"strict"`
+	Extractors  []string `toml:"extractors"`   // math: extraction priority
+	CaseFold    bool     `toml:"case_fold"`    // exact: ignore case
+	IgnorePunct bool     `toml:"ignore_punct"` // exact: ignore punctuation
+	MemoryMB    int      `toml:"memory_mb"`    // command: address-space limit
+	CPUSeconds  int      `toml:"cpu_seconds"`  // command: CPU-time limit
+}
+
+// ConfidenceConfig chooses the confidence estimator (METHOD.md "Confidence").
+type ConfidenceConfig struct {
+	Estimator string `toml:"estimator"` // geo_mean, arith_mean, min, neg_entropy
+	Scope     string `toml:"scope"`     // completion, answer
+	Vocab     int    `toml:"vocab"`     // vocabulary size V, needed by neg_entropy
+}
+
+// RewardConfig is the reward (METHOD.md "ConfClip reward").
+type RewardConfig struct {
+	Method        string  `toml:"method"`         // confclip, binary
+	Weight        string  `toml:"weight"`         // absolute, relative
+	Lo            float64 `toml:"lo"`             // lower clip (absolute)
+	Hi            float64 `toml:"hi"`             // upper clip (absolute)
+	Eps           float64 `toml:"eps"`            // band half-width (relative)
+	Lambda        float64 `toml:"lambda"`         // penalty on wrong answers
+	FormatWeight  float64 `toml:"format_weight"`  // weight of the format verifier's score
+	FormatPattern string  `toml:"format_pattern"` // regular expression for the format score
+	Overlong      bool    `toml:"overlong"`       // DAPO soft overlong punishment
+	MaxLen        int     `toml:"max_len"`        // overlong: maximum length
+	CacheLen      int     `toml:"cache_len"`      // overlong: soft band length
+}
+
+// AdvantageConfig is the advantage estimator (METHOD.md "Advantages").
+type AdvantageConfig struct {
+	Estimator     string `toml:"estimator"`      // grpo, dr_grpo, rloo, none
+	Scale         string `toml:"scale"`          // grpo's divisor: group, batch, none
+	SkipZeroStd   bool   `toml:"skip_zero_std"`  // drop zero-std groups from the export
+	MaskTruncated bool   `toml:"mask_truncated"` // A = 0 for length-stopped completions
+}
