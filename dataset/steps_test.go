@@ -1,18 +1,14 @@
-package pipeline
+package dataset
 
 import (
 	"fmt"
-	"path/filepath"
-	"strings"
 	"testing"
-
-	"github.com/confclip/confclip/dataset"
 )
 
-func promptSet(n int) []dataset.Prompt {
-	ps := make([]dataset.Prompt, n)
+func promptSet(n int) []Prompt {
+	ps := make([]Prompt, n)
 	for i := range ps {
-		ps[i] = dataset.Prompt{ID: fmt.Sprintf("p%d", i), Prompt: fmt.Sprintf("Q%d", i)}
+		ps[i] = Prompt{ID: fmt.Sprintf("p%d", i), Prompt: fmt.Sprintf("Q%d", i)}
 	}
 	return ps
 }
@@ -28,7 +24,7 @@ func TestStepPromptsDistinct(t *testing.T) {
 			seen := map[string]int{} // times each prompt was drawn
 			steps := 3 * tc.prompts / min(tc.perStep, tc.prompts)
 			for step := 1; step <= steps; step++ {
-				batch := stepPrompts(ps, tc.perStep, seed, step)
+				batch := StepPrompts(ps, tc.perStep, seed, step)
 				if want := min(tc.perStep, tc.prompts); len(batch) != want {
 					t.Fatalf("%d prompts, %d per step: step %d has %d prompts, want %d", tc.prompts, tc.perStep, step, len(batch), want)
 				}
@@ -61,7 +57,7 @@ func TestStepPromptsDistinct(t *testing.T) {
 func TestStepPromptsDeterministic(t *testing.T) {
 	ps := promptSet(12)
 	for step := 1; step <= 9; step++ {
-		a, b := stepPrompts(ps, 5, 3, step), stepPrompts(ps, 5, 3, step)
+		a, b := StepPrompts(ps, 5, 3, step), StepPrompts(ps, 5, 3, step)
 		for i := range a {
 			if a[i].ID != b[i].ID {
 				t.Fatalf("step %d: %s then %s", step, a[i].ID, b[i].ID)
@@ -70,36 +66,11 @@ func TestStepPromptsDeterministic(t *testing.T) {
 	}
 	pass := map[string]bool{}
 	for step := 1; step <= 3; step++ {
-		for _, p := range stepPrompts(ps, 4, 3, step) {
+		for _, p := range StepPrompts(ps, 4, 3, step) {
 			pass[p.ID] = true
 		}
 	}
 	if len(pass) != 12 {
 		t.Errorf("three steps of 4 out of 12 prompts hold %d distinct prompts, want 12", len(pass))
-	}
-}
-
-// TestReadPromptsDuplicateIDs: two prompts with one id are refused when the
-// run starts, naming the file, the id and both lines.
-func TestReadPromptsDuplicateIDs(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "train.jsonl")
-	w, err := dataset.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"a", "b", "c", "b"} {
-		w.Write(dataset.Prompt{ID: id, Prompt: "Q " + id})
-	}
-	if err := w.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	_, err = readPrompts(path, "")
-	if err == nil {
-		t.Fatal("duplicate ids accepted")
-	}
-	for _, want := range []string{path, `"b"`, "line 2", "line 4"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not name %s", err, want)
-		}
 	}
 }
