@@ -2,8 +2,9 @@ package dataset
 
 import "math/rand/v2"
 
-// StepPrompts picks the prompts of a training step (run): the train prompts in an order shuffled
-// once per pass (seeded by the seed and the pass), taken in turn. A step
+// StepPrompts picks the prompts of a step of the run loop: the train
+// prompts in an order shuffled once per pass (seeded by the seed and the
+// pass), taken in turn. A step
 // never holds a prompt twice: when a step crosses the end of a pass, a
 // prompt that the next pass's order brings up again is deferred to the next
 // step, in order. The draw is replayed from step 1, so a step's prompts
