@@ -14,7 +14,7 @@ import (
 // IsOpenAILine on its first record); ok is false for any other file, which
 // read then takes as confclip rollout records. Each response's choices
 // become one group. A response that does not say which prompt it answers,
-// or carries no answer, takes them from the prompt file (ScoreOptions.
+// or carries no answer, takes them from the prompt file (Options.
 // Prompts): by custom_id or prompt_id, else the n-th response answers the
 // n-th prompt.
 func (s *scorer) readOpenAI() (recs []*scoreRecord, ok bool, err error) {

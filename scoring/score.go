@@ -82,7 +82,7 @@ type Summary struct {
 	Out     string `json:"out,omitempty"`
 	Groups  int    `json:"groups"`
 	Records int    `json:"records"`
-	// Shard is "K/N" for one shard's summary (ScoreOptions.Shard).
+	// Shard is "K/N" for one shard's summary (Options.Shard).
 	Shard string `json:"shard,omitempty"`
 
 	Verifier            string `json:"verifier"`
