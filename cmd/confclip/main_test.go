@@ -100,7 +100,7 @@ func TestScoreCommandWorkedExamples(t *testing.T) {
 	summary := filepath.Join(dir, "summary.json")
 	cfgPath := filepath.Join(dir, "exact.toml")
 	os.WriteFile(cfgPath, []byte("[verifier]\nname = \"exact\"\n"), 0o644)
-	in := filepath.Join("..", "..", "pipeline", "testdata", "examples.jsonl")
+	in := filepath.Join("..", "..", "scoring", "testdata", "examples.jsonl")
 	if got := run(t, "--config", cfgPath, "score", "--data", in, "--out", out, "--summary", summary,
 		"--reward", "confclip", "--advantage", "grpo", "--confidence", "geo_mean"); got != 0 {
 		t.Fatalf("score: exit %d", got)
