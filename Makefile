@@ -157,12 +157,12 @@ test: $(LIBS)
 #                once into the build cache);
 #   lint         golangci-lint (errcheck, govet, staticcheck; .golangci.yml),
 #                a pinned version installed into bin/tools.
-RACE_PKGS     ?= ./server ./verifiers ./dataset
-# pipeline under -race: the tests of its concurrent parts (scoring and
-# verifying in parallel, the Model's adapter shared with the server's
-# handlers); its whole suite (training runs, plots) takes over 10 minutes
-# under the race detector on 2 cores.
-RACE_PIPELINE ?= TestLoadAdapterRollsBack|TestAdapterPathRaceFree|TestScore|TestVerifyFile|TestEvaluateCountsFailedPrompts|TestTeacherForceFileMatchesRollout|TestRolloutResumeChecksProvenance
+RACE_PKGS     ?= ./server ./verifiers ./dataset ./scoring ./verify ./teacherforce
+# pipeline under -race: the tests of its concurrent parts (the Model's
+# adapter shared with the server's handlers, evaluation, resume); its whole
+# suite (training runs, plots) takes over 10 minutes under the race
+# detector on 2 cores.
+RACE_PIPELINE ?= TestLoadAdapterRollsBack|TestAdapterPathRaceFree|TestEvaluateCountsFailedPrompts|TestRolloutResumeChecksProvenance
 STRESS_ROUNDS ?= 40
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
