@@ -126,7 +126,7 @@ func BenchmarkEngineVsReference(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer ours.Close()
-			// FlashAttn and the KV types left empty are llama.cpp's defaults.
+			// FlashAttn and the KV types left at their zero values are llama.cpp's defaults.
 			dflt, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
 				Threads: runtime.NumCPU()})
 			if err != nil {
