@@ -681,9 +681,11 @@ func (e *Engine) sampleAll(c *llama.Context, slots []*sequence, draws []draw) er
 // policy) waiting for the next one; a sampling goroutine put on a core one
 // of them spins on gets half of it, and the step waits for that goroutine.
 // With as many threads as cores (the default for a large model) the rows
-// are sampled on the decoding thread alone, as a C loop would: on two cores
-// that took a rollout from 0.6x to NNN of the C loop's rate
-// (BenchmarkEngineVsReferenceSampled).
+// are sampled on the decoding thread alone, as a C loop would. On the
+// project's 2-core machine the engine was within noise of the sampled C loop
+// on its context settings before and after this (0.92-1.07 at 1 and 2
+// threads, BenchmarkEngineVsReferenceSampled; docs/speed.md): it guards
+// against the contention rather than fixing a gap measured here.
 func (e *Engine) sampleWorkers() int {
 	return max(1, runtime.NumCPU()-e.o.Threads+1)
 }
