@@ -191,6 +191,12 @@ func NewContext(m *Model, p ContextParams) (*Context, error) {
 		// product (OUT_PROD) on a repacked weight.
 		return nil, fmt.Errorf("%s: its Q4_0/Q4_K/Q2_K/IQ4_NL weights were repacked for the CPU at load; training over them needs the model loaded with NoRepack", m.path)
 	}
+	if p.TrainingGraphs && m.halfType != "" && len(m.devices) == 0 {
+		// ggml's CPU backend has no backward product (OUT_PROD) for F16
+		// or BF16 weights, and the scheduler aborts the process when no
+		// backend can run an op (train's TestTrainingRefusesHalfWeights).
+		return nil, fmt.Errorf("%s: has %s weights; training on the CPU needs F32 or quantized (for example Q8_0) weights: ggml's CPU backend has no backward pass through %s matrices (convert it, e.g. with llama.cpp's llama-quantize to Q8_0)", m.path, strings.ToUpper(m.halfType), strings.ToUpper(m.halfType))
+	}
 	if p.NCtx < 0 || p.NBatch < 0 || p.NUBatch < 0 || p.NSeqMax < 0 {
 		return nil, fmt.Errorf("llama: negative context size in %+v", p)
 	}

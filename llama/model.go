@@ -50,7 +50,8 @@ type Model struct {
 	opOffload bool     // see ModelParams.OpOffload
 	devices   []Device // the GPUs it may use (Devices)
 	cleanup   runtime.Cleanup
-	repacked  bool // weights of a repackable type loaded without NoRepack
+	repacked  bool   // weights of a repackable type loaded without NoRepack
+	halfType  string // "f16" or "bf16" when a matrix multiplied in the graph has that type
 	// The open contexts and adapters made from the model (under lifeMu):
 	// Close frees them first.
 	ctxs     map[*ctxRes]struct{}
@@ -71,10 +72,23 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	kind := g.String("general.type")
 	nTensors := len(g.Tensors())
 	repackable := false
+	halfType := "" // the type of an F16/BF16 weight the backward pass multiplies through
+	hasOutput := false
+	for _, t := range g.Tensors() {
+		if t.Name == "output.weight" {
+			hasOutput = true
+		}
+	}
 	for _, t := range g.Tensors() {
 		switch t.Type {
 		case "q4_0", "q4_K", "q2_K", "iq4_nl":
 			repackable = true
+		case "f16", "bf16":
+			// the token embedding is read by rows (GET_ROWS), unless it is
+			// also the output matrix
+			if t.Name != "token_embd.weight" || !hasOutput {
+				halfType = t.Type
+			}
 		}
 	}
 	g.Close()
@@ -114,7 +128,7 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 		return nil, fileErr(path, "%s", because("llama.cpp could not load the model (architecture "+arch+")", msg))
 	}
 	model := &Model{path: path, m: m, vocab: C.llama_model_get_vocab(m), vocabOnly: p.VocabOnly,
-		opOffload: p.GPULayers != 0 || p.OpOffload, devices: gpus, repacked: repackable && !p.NoRepack,
+		opOffload: p.GPULayers != 0 || p.OpOffload, devices: gpus, repacked: repackable && !p.NoRepack, halfType: halfType,
 		ctxs: map[*ctxRes]struct{}{}, adapters: map[*adapterRes]struct{}{}}
 	model.nv = int(C.llama_vocab_n_tokens(model.vocab))
 	model.cleanup = runtime.AddCleanup(model, func(m *C.struct_llama_model) { C.llama_model_free(m) }, m)

@@ -199,6 +199,7 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 		threads       int
 		engine, cLoop float64
 		cDefaults     float64 // the C loop on llama.cpp's default context settings
+		engineDflt    float64 // the engine with KVType f16 and FlashAttn auto
 	}
 	var rows []res
 	for _, bm := range benchModels(b) {
@@ -239,18 +240,25 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 						return n
 					}
 				}
+				// the engine on the same defaults, against the C loop there
+				ed := newEngine(b, m, rollout.Options{Group: group, MaxTokens: maxTokens, Parallel: group, NCtx: nctx, Seed: 1,
+					Threads: threads, Sampling: sampler.Params{Temperature: 1}, KVType: "f16", FlashAttn: "auto"})
 				runEngine := func() int { return timeGenerate(b, e, bm.prompt) }
+				runEngineD := func() int { return timeGenerate(b, ed, bm.prompt) }
 				runEngine() // warm up
+				runEngineD()
 				runRef(ref)()
 				runRef(dflt)()
-				var re, rr, rd float64
+				var re, rr, rd, red float64
 				b.ResetTimer()
 				for i := range 2 * b.N {
 					if i%2 == 0 {
 						re = max(re, rate(runEngine))
 						rr = max(rr, rate(runRef(ref)))
 						rd = max(rd, rate(runRef(dflt)))
+						red = max(red, rate(runEngineD))
 					} else {
+						red = max(red, rate(runEngineD))
 						rd = max(rd, rate(runRef(dflt)))
 						rr = max(rr, rate(runRef(ref)))
 						re = max(re, rate(runEngine))
@@ -261,13 +269,14 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 				b.ReportMetric(rd, "C-llama-defaults_tok/s")
 				b.ReportMetric(re/rr, "ratio")
 				b.ReportMetric(re/rd, "ratio-llama-defaults")
-				rows = append(rows, res{bm.name, threads, re, rr, rd})
+				b.ReportMetric(red/rd, "ratio-both-on-llama-defaults")
+				rows = append(rows, res{bm.name, threads, re, rr, rd, red})
 			})
 		}
 	}
 	fmt.Printf("\nSampled rollout against the C loop (G=8 x 128 tokens, temperature 1, log-prob per token; best of each side, alternating; load average %s):\n\n", loadAverage())
-	fmt.Println("| model | threads | C loop, engine's settings (F32 KV, no flash attention) | engine tokens/s | engine/C | C loop, llama.cpp's defaults (F16 KV, flash attention auto) | engine/C |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| model | threads | C loop, engine's settings (F32 KV, no flash attention) | engine | engine/C | C loop, llama.cpp's defaults (F16 KV, flash attention auto) | engine/C | engine on those defaults | engine/C, both on the defaults |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	last := map[string]res{}
 	var order []string
 	for _, r := range rows {
@@ -279,7 +288,7 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 	}
 	for _, k := range order {
 		r := last[k]
-		fmt.Printf("| %s | %d | %.0f | %.0f | %.2f | %.0f | %.2f |\n", r.name, r.threads, r.cLoop, r.engine, r.engine/r.cLoop, r.cDefaults, r.engine/r.cDefaults)
+		fmt.Printf("| %s | %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f |\n", r.name, r.threads, r.cLoop, r.engine, r.engine/r.cLoop, r.cDefaults, r.engine/r.cDefaults, r.engineDflt, r.engineDflt/r.cDefaults)
 	}
 	fmt.Println()
 }

@@ -93,3 +93,34 @@ func TestRepackedBaseRefused(t *testing.T) {
 		t.Fatalf("error %q does not name the file and NoRepack", err)
 	}
 }
+
+// TestTrainingRefusesHalfWeights: ggml's CPU backend has no backward product
+// (OUT_PROD) for F16 or BF16 weights, and its scheduler aborted the process
+// (GGML_ASSERT(*cur_backend_id != -1) in ggml_backend_sched_split_graph) on
+// the first training step over an F16 model. The trainer now refuses such a
+// base with an error that names the file and the type, before any graph.
+func TestTrainingRefusesHalfWeights(t *testing.T) {
+	for _, q := range []string{"f16"} { // llama.Quantize writes no BF16; the check covers it the same way
+		t.Run(q, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tiny-"+q+".gguf")
+			if err := llama.Quantize(tinyPath, path, q, 0); err != nil {
+				t.Fatal(err)
+			}
+			m, err := llama.LoadModel(path, llama.ModelParams{NoRepack: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			a := newAdapter(t, m, true)
+			tr, err := NewLoRATrainer(m, a, testConfig())
+			if err == nil {
+				_, err = tr.Gradient(context.Background(), examples(t, m))
+				tr.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(strings.ToLower(err.Error()), q) {
+				t.Fatalf("training over a %s model: err %v, want an error naming %s and %s", q, err, path, q)
+			}
+			t.Logf("%v", err)
+		})
+	}
+}
