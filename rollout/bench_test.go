@@ -274,7 +274,7 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 			})
 		}
 	}
-	fmt.Printf("\nSampled rollout against the C loop (G=8 x 128 tokens, temperature 1, log-prob per token; best of each side, alternating; load average %s):\n\n", loadAverage())
+	fmt.Printf("\nSampled rollout against the C loop (G=8 x 128 tokens, temperature 1, log-prob per token; best of each side, alternating; load average %s):\n\n", testutil.LoadAverage())
 	fmt.Println("| model | threads | C loop, engine's settings (F32 KV, no flash attention) | engine | engine/C | C loop, llama.cpp's defaults (F16 KV, flash attention auto) | engine/C | engine on those defaults | engine/C, both on the defaults |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	last := map[string]res{}
@@ -291,19 +291,6 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 		fmt.Printf("| %s | %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f |\n", r.name, r.threads, r.cLoop, r.engine, r.engine/r.cLoop, r.cDefaults, r.engine/r.cDefaults, r.engineDflt, r.engineDflt/r.cDefaults)
 	}
 	fmt.Println()
-}
-
-// loadAverage is /proc/loadavg's first three fields, or "unknown".
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // ladder are generated models between the tiny one and bench-100m, for the

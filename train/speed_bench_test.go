@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
@@ -89,7 +90,7 @@ func BenchmarkSpeedTable(b *testing.B) {
 		})
 	}
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "bench-100m (%d threads, %s; load average at the end %s). Tokens/s, best of each side's runs.\n\n", threads, runtime.GOARCH, loadAverage())
+	fmt.Fprintf(&out, "bench-100m (%d threads, %s; load average at the end %s). Tokens/s, best of each side's runs.\n\n", threads, runtime.GOARCH, testutil.LoadAverage())
 	fmt.Fprintln(&out, "| weights | rollout: C loop | rollout: confclip | confclip/C | teacher forcing (inference layout) | / Q8_0 | teacher forcing (training layout) | / Q8_0 | training step | step/forward (training layout) |")
 	fmt.Fprintln(&out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	ref := rows["q8_0"]

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
@@ -99,7 +100,7 @@ func BenchmarkAgainstPyTorch(b *testing.B) {
 	}
 	b.StopTimer()
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "bench-100m shapes, F32, LoRA rank 8 on 7 matrices; tokens/s, best of 2 alternating rounds; %s; load average at the end %s.\n\n", torchVersion, loadAverage())
+	fmt.Fprintf(&out, "bench-100m shapes, F32, LoRA rank 8 on 7 matrices; tokens/s, best of 2 alternating rounds; %s; load average at the end %s.\n\n", torchVersion, testutil.LoadAverage())
 	fmt.Fprintln(&out, "| threads | work | PyTorch | confclip | confclip/PyTorch |")
 	fmt.Fprintln(&out, "|---:|---|---:|---:|---:|")
 	for _, t := range threads {
@@ -238,17 +239,4 @@ func oursRates(b *testing.B, m *llama.Model, threads int) sideRates {
 		}
 	}
 	return r
-}
-
-// loadAverage is /proc/loadavg's first three fields, or "unknown".
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
