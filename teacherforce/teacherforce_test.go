@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
+	"github.com/confclip/confclip/internal/pipelinetest"
 	"github.com/confclip/confclip/pipeline"
 )
 
 // TestFileMatchesRollout: the log-probs teacher forcing
 // computes for rollouts are those sampled with them.
 func TestFileMatchesRollout(t *testing.T) {
-	cfg, data := fixture(t,
+	cfg, data := pipelinetest.Fixture(t,
 		`{"id":"a","prompt":"Say 1:","answer":"x"}`,
 		`{"id":"b","prompt":"Say 2:","answer":"x"}`,
 	)
@@ -68,20 +68,4 @@ func TestFileMatchesRollout(t *testing.T) {
 	if err != nil || sum.TeacherForced != len(recs) {
 		t.Fatalf("score with a model: %d teacher-forced, %v", sum.TeacherForced, err)
 	}
-}
-
-// fixture writes the tiny generated model and a prompt file whose lines are
-// given, and returns a config for it (every completion right).
-func fixture(t *testing.T, lines ...string) (pipeline.Config, string) {
-	t.Helper()
-	dir := t.TempDir()
-	data := testutil.WriteLines(t, dir, "prompts.jsonl", lines...)
-	cfg := pipeline.DefaultConfig()
-	cfg.Model.Path = testutil.TinyModel(t, dir)
-	cfg.Model.Ctx = 128
-	cfg.Rollout.Group = 3
-	cfg.Rollout.MaxTokens = 5
-	cfg.Verifier.Name = "format"
-	cfg.Verifier.Pattern = `(?s).*`
-	return cfg, data
 }
