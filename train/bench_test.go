@@ -53,16 +53,35 @@ func benchModels(b *testing.B) []benchModel {
 	models = append(models, benchModel{name: "bench-100m", path: bench},
 		benchModel{name: "bench-100m, micro-batch 512", path: bench, microBatch: 512})
 	for _, q := range []string{"q8_0", "q4_k_m"} {
-		p := strings.TrimSuffix(bench, ".gguf") + "-" + q + ".gguf"
-		if !fileExists(p) {
-			if err := llama.Quantize(bench, p, q, 0); err != nil {
-				b.Logf("NOT RUN on bench-100m %s: %v", q, err)
-				continue
-			}
+		p, err := quantizedBench(bench, q)
+		if err != nil {
+			b.Logf("NOT RUN on bench-100m %s: %v", q, err)
+			continue
 		}
 		models = append(models, benchModel{name: "bench-100m " + strings.ToUpper(q), path: p})
 	}
 	return models
+}
+
+// quantizedBench is the bench model at path quantized to q, written once
+// beside it (bench-100m-q8_0.gguf, ...).
+func quantizedBench(bench, q string) (string, error) {
+	p := strings.TrimSuffix(bench, ".gguf") + "-" + q + ".gguf"
+	if fileExists(p) {
+		return p, nil
+	}
+	return p, llama.Quantize(bench, p, q, 0)
+}
+
+// forceAll teacher-forces the records afresh (their log-probs cleared
+// first, so every call does the whole work).
+func forceAll(b *testing.B, eng *rollout.Engine, recs []*dataset.Rollout) {
+	for _, r := range recs {
+		r.Logprobs, r.Entropies = nil, nil
+	}
+	if err := eng.TeacherForce(context.Background(), recs); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // benchExamples are 16 sequences of a 16-token prompt and a 48-token
@@ -147,13 +166,8 @@ func trainAgainstForward(b *testing.B, mc benchModel) trainRow {
 		b.Fatal(err)
 	}
 	forward := func() time.Duration {
-		for _, r := range recs {
-			r.Logprobs, r.Entropies = nil, nil
-		}
 		t0 := time.Now()
-		if err := eng.TeacherForce(context.Background(), recs); err != nil {
-			b.Fatal(err)
-		}
+		forceAll(b, eng, recs)
 		return time.Since(t0)
 	}
 	step := func() time.Duration {

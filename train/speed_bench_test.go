@@ -45,11 +45,9 @@ func speedModel(b *testing.B, q string) string {
 	if q == "" {
 		return bench
 	}
-	p := strings.TrimSuffix(bench, ".gguf") + "-" + q + ".gguf"
-	if !fileExists(p) {
-		if err := llama.Quantize(bench, p, q, 0); err != nil {
-			b.Skipf("NOT RUN on %s: %v", q, err)
-		}
+	p, err := quantizedBench(bench, q)
+	if err != nil {
+		b.Skipf("NOT RUN on %s: %v", q, err)
 	}
 	return p
 }
@@ -204,13 +202,8 @@ func speedForce(b *testing.B, path string, threads int, noRepack bool) float64 {
 	defer e.Close()
 	_, recs := benchExamples(m.NVocab())
 	run := func() float64 {
-		for _, r := range recs {
-			r.Logprobs, r.Entropies = nil, nil
-		}
 		t0 := time.Now()
-		if err := e.TeacherForce(context.Background(), recs); err != nil {
-			b.Fatal(err)
-		}
+		forceAll(b, e, recs)
 		return float64(16*64) / time.Since(t0).Seconds()
 	}
 	run() // warm up

@@ -190,14 +190,7 @@ func oursRates(b *testing.B, m *llama.Model, threads int) sideRates {
 	if err := eng.SetAdapter(a, 1); err != nil {
 		b.Fatal(err)
 	}
-	r.forward = best(func() {
-		for _, rec := range recs {
-			rec.Logprobs, rec.Entropies = nil, nil
-		}
-		if err := eng.TeacherForce(context.Background(), recs); err != nil {
-			b.Fatal(err)
-		}
-	})
+	r.forward = best(func() { forceAll(b, eng, recs) })
 	eng.Close()
 	for _, mb := range []int{64, 512} {
 		cfg := DefaultConfig()
