@@ -71,25 +71,26 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 	arch := g.String("general.architecture")
 	kind := g.String("general.type")
 	nTensors := len(g.Tensors())
-	repackable := false
-	halfType := "" // the type of an F16/BF16 weight the backward pass multiplies through
-	hasOutput := false
+	repackable, hasOutput := false, false
+	// halfType is the type of an F16/BF16 matrix the backward pass
+	// multiplies through; the token embedding is read by rows (GET_ROWS)
+	// and counts only when it is also the output matrix.
+	halfType, halfEmbd := "", ""
 	for _, t := range g.Tensors() {
-		if t.Name == "output.weight" {
-			hasOutput = true
-		}
-	}
-	for _, t := range g.Tensors() {
+		hasOutput = hasOutput || t.Name == "output.weight"
 		switch t.Type {
 		case "q4_0", "q4_K", "q2_K", "iq4_nl":
 			repackable = true
 		case "f16", "bf16":
-			// the token embedding is read by rows (GET_ROWS), unless it is
-			// also the output matrix
-			if t.Name != "token_embd.weight" || !hasOutput {
+			if t.Name == "token_embd.weight" {
+				halfEmbd = t.Type
+			} else {
 				halfType = t.Type
 			}
 		}
+	}
+	if halfType == "" && !hasOutput {
+		halfType = halfEmbd
 	}
 	g.Close()
 	if arch == "" {
