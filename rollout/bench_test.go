@@ -104,6 +104,28 @@ func BenchmarkGroupBatched(b *testing.B) {
 	}
 }
 
+// referenceContexts are the C loops' two contexts, closed when the benchmark
+// ends: one with the engine's settings o (its KV type and flash attention),
+// and one with llama.cpp's defaults (F16 KV cache, flash attention auto:
+// the zero values; faster with more threads, at the cost of log-probs that
+// agree less with teacher forcing, docs/rollout.md). Only the sizes, the
+// unified cache the shared prompt needs and the threads are set.
+func referenceContexts(b *testing.B, m *llama.Model, o rollout.Options, nctx, group, threads int) (ours, dflt *llama.Context) {
+	var err error
+	ours, err = llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
+		Threads: threads, FlashAttn: o.FlashAttnMode(), TypeK: o.KVCacheType(), TypeV: o.KVCacheType()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ours.Close() })
+	dflt, err = llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group, Threads: threads})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { dflt.Close() })
+	return ours, dflt
+}
+
 // BenchmarkEngineVsReference times the engine's greedy generation (G=8 on
 // one prompt, log-probs and entropies recorded) against a C loop making the
 // same llama_decode calls with an argmax in C (llama.ReferenceBatchedGreedy)
@@ -120,19 +142,7 @@ func BenchmarkEngineVsReference(b *testing.B) {
 			e := newEngine(b, m, rollout.Options{Group: group, MaxTokens: maxTokens, Parallel: group, NCtx: nctx,
 				Threads: runtime.NumCPU(), Sampling: sampler.Params{Temperature: 0}})
 			o := e.Options()
-			ours, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
-				Threads: runtime.NumCPU(), FlashAttn: o.FlashAttnMode(), TypeK: o.KVCacheType(), TypeV: o.KVCacheType()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer ours.Close()
-			// FlashAttn and the KV types left at their zero values are llama.cpp's defaults.
-			dflt, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
-				Threads: runtime.NumCPU()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer dflt.Close()
+			ours, dflt := referenceContexts(b, m, o, nctx, group, runtime.NumCPU())
 			prompt, err := m.Tokenize(bm.prompt, true, false)
 			if err != nil {
 				b.Fatal(err)
@@ -215,20 +225,7 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 				e := newEngine(b, m, rollout.Options{Group: group, MaxTokens: maxTokens, Parallel: group, NCtx: nctx, Seed: 1,
 					Threads: threads, Sampling: sampler.Params{Temperature: 1}})
 				o := e.Options()
-				ref, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group,
-					Threads: threads, FlashAttn: o.FlashAttnMode(), TypeK: o.KVCacheType(), TypeV: o.KVCacheType()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer ref.Close()
-				// llama.cpp's defaults (F16 KV cache, flash attention auto):
-				// faster with more threads, at the cost of log-probs that
-				// agree less with teacher forcing (docs/rollout.md)
-				dflt, err := llama.NewContext(m, llama.ContextParams{NCtx: nctx, NBatch: o.NBatch, NSeqMax: group, Threads: threads})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer dflt.Close()
+				ref, dflt := referenceContexts(b, m, o, nctx, group, threads)
 				seed := uint64(0)
 				runRef := func(c *llama.Context) func() int {
 					return func() int {
