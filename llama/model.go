@@ -178,6 +178,11 @@ func (m *Model) with(f func(*C.struct_llama_model)) error {
 	return nil
 }
 
+// CPUOnly reports whether the model runs on the CPU alone: no layer
+// offloaded and no GPU product allowed (ModelParams.GPULayers 0 and
+// OpOffload false), so its contexts' KV caches are in host memory.
+func (m *Model) CPUOnly() bool { return !m.opOffload }
+
 // Path is the file the model was loaded from.
 func (m *Model) Path() string { return m.path }
 

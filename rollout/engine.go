@@ -61,10 +61,14 @@ type Options struct {
 	// depend on how tokens were batched: f16 costs about 1e-3 of agreement
 	// with teacher forcing.
 	KVType string
-	// FlashAttn is "off" (default), "on" or "auto". llama.cpp's CPU flash
-	// attention rounds Q, K and V to f16 (log-probs then move by about 3e-3
-	// with batch composition); off, rollout and teacher-forced log-probs
-	// agree to about 1e-6.
+	// FlashAttn is "on", "off" or "auto"; the default is "on" for a model
+	// on the CPU alone (llama.Model.CPUOnly) and "off" otherwise. On the CPU
+	// an F32 cache stays F32 under flash attention (the project's patch
+	// 0032): the kernel skips the cells of other sequences, which a unified
+	// cache otherwise multiplies and masks, and rollout and teacher-forced
+	// log-probs still agree to about 1e-6. On a GPU, llama.cpp rounds K and
+	// V to f16 for it (log-probs then move by about 3e-3 with batch
+	// composition), so it stays off there unless asked for.
 	FlashAttn string
 	// kv and fa are KVType and FlashAttn parsed, once, by NewEngine.
 	kv llama.KVType
@@ -141,7 +145,7 @@ type Engine struct {
 	o      Options
 	ctx    *llama.Context
 	batch  *llama.Batch
-	smps   []*sampler.Sampler // one per sampling goroutine
+	smp    *sampler.Sampler
 	pieces *pieces
 	stops  [][]byte
 	// maxPieceLen is maxPiece's answer, found once.
@@ -150,7 +154,11 @@ type Engine struct {
 	adapter      *llama.Adapter
 	scale        float32
 	// smpBy holds the samplers of Serve requests' own sampling settings.
-	smpBy map[sampler.Params][]*sampler.Sampler
+	smpBy map[sampler.Params]*sampler.Sampler
+	// rowIdx and rowW are sampleAll's scratch: a step's batch indices and
+	// its rows' exp(logit - max).
+	rowIdx []int32
+	rowW   []float64
 	// progress, set by Serve, sees each sequence after each token it keeps.
 	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64, top [][]dataset.TopLogprob)
 }
@@ -158,6 +166,9 @@ type Engine struct {
 // NewEngine makes an engine for m. With Options.NCtx set the context is
 // created now; otherwise on the first call, sized for its prompts.
 func NewEngine(m *llama.Model, o Options) (*Engine, error) {
+	if o.FlashAttn == "" && m.CPUOnly() {
+		o.FlashAttn = "on"
+	}
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
@@ -167,14 +178,11 @@ func NewEngine(m *llama.Model, o Options) (*Engine, error) {
 	if o.Threads == 0 {
 		o.Threads = DefaultThreads(m) // threads.go: fitted to the model's size
 	}
-	e := &Engine{m: m, o: o, pieces: newPieces(m)}
-	for range max(1, runtime.GOMAXPROCS(0)) {
-		smp, err := sampler.New(o.Sampling)
-		if err != nil {
-			return nil, err
-		}
-		e.smps = append(e.smps, smp)
+	smp, err := sampler.New(o.Sampling)
+	if err != nil {
+		return nil, err
 	}
+	e := &Engine{m: m, o: o, pieces: newPieces(m), smp: smp}
 	for _, s := range o.Stop {
 		e.stops = append(e.stops, []byte(s))
 	}
@@ -300,8 +308,8 @@ type group struct {
 	maxTokens int
 	seed      uint64
 	stops     [][]byte
-	smps      []*sampler.Sampler // one per sampling goroutine
-	top       int                // alternatives recorded per token (0 = none)
+	smp       *sampler.Sampler
+	top       int // alternatives recorded per token (0 = none)
 }
 
 // sequence is one completion being generated in a slot (a KV sequence id).
@@ -366,7 +374,7 @@ func (e *Engine) prepare(prompts []dataset.Prompt, st *Stats) []*group {
 			continue
 		}
 		gs = append(gs, &group{index: i, p: p, rendered: text, toks: toks, recs: make([]dataset.Rollout, e.o.Group),
-			n: e.o.Group, maxTokens: e.o.MaxTokens, seed: e.o.Seed, stops: e.stops, smps: e.smps, top: e.o.TopLogprobs})
+			n: e.o.Group, maxTokens: e.o.MaxTokens, seed: e.o.Seed, stops: e.stops, smp: e.smp, top: e.o.TopLogprobs})
 	}
 	return gs
 }
@@ -614,80 +622,79 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 // draw is one token to sample: sequence slot's, from batch index i.
 type draw struct {
 	i, slot int
-	logits  []float32
 	ch      sampler.Choice
 	top     []sampler.Alt // with the group's top > 0
 }
 
-// sampleAll samples every draw of a step. The rows are independent (each
-// sequence has its own RNG), so with a large vocabulary they are sampled on
-// several goroutines, each with its own Sampler: the full-vocabulary softmax
-// pass that the log-probs need is the engine's main cost next to decoding.
-// The results do not depend on how the rows are shared out.
+// sampleRows is how many rows sampleAll summarises in one call: their
+// exponentials (rowW) are 8 bytes a logit.
+const sampleRows = 32
+
+// sampleAll samples every draw of a step. The full-vocabulary pass that the
+// log-probs and the draw need (each row's maximum, Σ exp, the entropy's sum
+// and the exponentials) is the engine's main cost next to decoding; it runs
+// in C on the decode's own OpenMP team (llama.Context.LogitRows), whose
+// workers are spinning between two graphs and would otherwise share their
+// cores with any goroutine started here. What is left per row (the draw's
+// cumulative sum, the top alternatives) is done here, in order. The results
+// do not depend on the number of threads.
 func (e *Engine) sampleAll(c *llama.Context, slots []*sequence, draws []draw) error {
-	for k := range draws {
-		l, err := c.Logits(draws[k].i)
+	nv := e.m.NVocab()
+	for start := 0; start < len(draws); start += sampleRows {
+		part := draws[start:min(start+sampleRows, len(draws))]
+		e.rowIdx = e.rowIdx[:0]
+		needW := false
+		for _, d := range part {
+			e.rowIdx = append(e.rowIdx, int32(d.i))
+			needW = needW || slots[d.slot].g.smp.Params().Temperature > 0
+		}
+		var w []float64
+		if needW {
+			if cap(e.rowW) < len(part)*nv {
+				e.rowW = make([]float64, min(len(draws), sampleRows)*nv)
+			}
+			w = e.rowW[:len(part)*nv]
+		}
+		rows, err := c.LogitRows(e.rowIdx, w)
 		if err != nil {
 			return err
 		}
-		draws[k].logits = l
-	}
-	one := func(w int, d *draw) error {
-		q := slots[d.slot]
-		smp := q.g.smps[w]
-		var ch sampler.Choice
-		var err error
-		if k := q.g.top; k > 0 {
-			ch, d.top, err = smp.SampleTop(d.logits, q.rng, k, make([]sampler.Alt, 0, k))
-		} else {
-			ch, err = smp.Sample(d.logits, q.rng)
-		}
-		if err != nil {
-			return fmt.Errorf("prompt %q sample %d, token %d: %w", q.g.p.ID, q.sample, len(q.toks)+1, err)
-		}
-		d.ch = ch
-		return nil
-	}
-	workers := min(len(e.smps), len(draws), len(draws)*e.m.NVocab()/parallelSampleWork, e.sampleWorkers())
-	if workers <= 1 {
-		for k := range draws {
-			if err := one(0, &draws[k]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	errs := make([]error, workers)
-	part := func(w int) {
-		for k := w; k < len(draws); k += workers {
-			if err := one(w, &draws[k]); err != nil {
-				errs[w] = err
-				return
+		for k := range part {
+			d := &part[k]
+			q := slots[d.slot]
+			if err := e.sampleOne(c, q, d, rows[k], w, k*nv, nv); err != nil {
+				return fmt.Errorf("prompt %q sample %d, token %d: %w", q.g.p.ID, q.sample, len(q.toks)+1, err)
 			}
 		}
 	}
-	var wg sync.WaitGroup
-	for w := 1; w < workers; w++ {
-		wg.Go(func() { part(w) })
-	}
-	part(0) // on the decoding thread
-	wg.Wait()
-	return errors.Join(errs...)
+	return nil
 }
 
-// sampleWorkers is how many goroutines may sample between two decodes: the
-// cores the decode's threads leave free, plus the decoding thread itself.
-// ggml's worker threads spin for a while after each graph (OpenMP's wait
-// policy) waiting for the next one; a sampling goroutine put on a core one
-// of them spins on gets half of it, and the step waits for that goroutine.
-// With as many threads as cores (the default for a large model) the rows
-// are sampled on the decoding thread alone, as a C loop would. On the
-// project's 2-core machine the engine was within noise of the sampled C loop
-// on its context settings before and after this (0.92-1.07 at 1 and 2
-// threads, BenchmarkEngineVsReferenceSampled; docs/speed.md): it guards
-// against the contention rather than fixing a gap measured here.
-func (e *Engine) sampleWorkers() int {
-	return max(1, runtime.NumCPU()-e.o.Threads+1)
+// sampleOne draws d's token from its summarised row; w[off:off+nv] holds the
+// row's exponentials (w is nil for greedy groups).
+func (e *Engine) sampleOne(c *llama.Context, q *sequence, d *draw, row llama.LogitRow, w []float64, off, nv int) error {
+	logits, err := c.Logits(d.i)
+	if err != nil {
+		return err
+	}
+	if row.Bad != -1 {
+		_, err := sampler.Scan(logits, nil) // says which logit and why
+		if err == nil {
+			err = fmt.Errorf("logits row %d: %w", d.i, sampler.ErrBadLogits)
+		}
+		return err
+	}
+	st := sampler.Stats{Max: row.Max, Argmax: row.Argmax, Sum: row.Sum, Dot: row.Dot, Support: int(row.Support)}
+	var wr []float64
+	if w != nil {
+		wr = w[off : off+nv]
+	}
+	var top []sampler.Alt
+	if q.g.top > 0 {
+		top = make([]sampler.Alt, 0, q.g.top)
+	}
+	d.ch, d.top, err = q.g.smp.SampleScanned(logits, wr, st, q.rng, q.g.top, top)
+	return err
 }
 
 // pinThread locks the calling goroutine to its OS thread for a decode loop
@@ -695,15 +702,12 @@ func (e *Engine) sampleWorkers() int {
 // whose workers belong to the thread that starts it: decodes started from
 // different OS threads (a goroutine moves between them) each get a team of
 // their own, and the idle teams' spinning workers take cores from the one
-// at work. One thread for the whole loop keeps one team.
+// at work. One thread for the whole loop keeps one team, and LogitRows runs
+// on it too.
 func pinThread() func() {
 	runtime.LockOSThread()
 	return runtime.UnlockOSThread
 }
-
-// parallelSampleWork is the logits a sampling goroutine should have to scan
-// for starting it to pay.
-const parallelSampleWork = 1 << 16
 
 // step applies a sampled token to its sequence and the stop rules; a
 // finished sequence frees its slot, and a finished group is emitted.

@@ -109,37 +109,33 @@ func (e *Engine) setGroupOptions(g *group, o Options) error {
 		}
 		stops = append(stops, []byte(s))
 	}
-	smps, err := e.samplersFor(o.Sampling)
+	smp, err := e.samplerFor(o.Sampling)
 	if err != nil {
 		return err
 	}
-	g.n, g.maxTokens, g.seed, g.stops, g.smps, g.top = o.Group, o.MaxTokens, o.Seed, stops, smps, o.TopLogprobs
+	g.n, g.maxTokens, g.seed, g.stops, g.smp, g.top = o.Group, o.MaxTokens, o.Seed, stops, smp, o.TopLogprobs
 	g.recs = make([]dataset.Rollout, o.Group)
 	return nil
 }
 
-// samplersFor returns one sampler per sampling goroutine for p, made once
-// (a bounded number of settings is kept).
-func (e *Engine) samplersFor(p sampler.Params) ([]*sampler.Sampler, error) {
+// samplerFor returns the sampler for p, made once (a bounded number of
+// settings is kept).
+func (e *Engine) samplerFor(p sampler.Params) (*sampler.Sampler, error) {
 	if p == e.o.Sampling {
-		return e.smps, nil
+		return e.smp, nil
 	}
 	if s, ok := e.smpBy[p]; ok {
 		return s, nil
 	}
 	if e.smpBy == nil || len(e.smpBy) >= maxSamplerSets {
-		e.smpBy = map[sampler.Params][]*sampler.Sampler{} // groups keep theirs
+		e.smpBy = map[sampler.Params]*sampler.Sampler{} // groups keep theirs
 	}
-	smps := make([]*sampler.Sampler, len(e.smps))
-	for i := range smps {
-		s, err := sampler.New(p)
-		if err != nil {
-			return nil, err
-		}
-		smps[i] = s
+	s, err := sampler.New(p)
+	if err != nil {
+		return nil, err
 	}
-	e.smpBy[p] = smps
-	return smps, nil
+	e.smpBy[p] = s
+	return s, nil
 }
 
 // maxSamplerSets bounds the sampling settings whose samplers (and their

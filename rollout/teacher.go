@@ -36,8 +36,10 @@ type forced struct {
 //
 // Records are packed several to a decode, each its own sequence, up to the
 // batch size; logits are computed only at positions whose next token is a
-// completion token, and log-probs come from sampler.LogSoftmaxAt, the
-// function sampling uses. A record that cannot be scored stops the call with
+// completion token, and log-probs come from the rows' sums computed as
+// sampling computes them (llama.Context.LogitRows, then
+// sampler.LogSoftmaxScanned), so rollout and teacher-forced log-probs of
+// the same tokens agree bit for bit on the same logits. A record that cannot be scored stops the call with
 // a RecordError.
 func (e *Engine) TeacherForce(ctx context.Context, recs []*dataset.Rollout) error {
 	items := make([]*forced, 0, len(recs))
@@ -135,6 +137,7 @@ func (e *Engine) force(ctx context.Context, queue []*forced) error {
 	}
 	var inflight []*forced
 	var outs []out
+	var idx []int32
 	used := 0 // KV cells held by the records in flight
 	for len(queue) > 0 || len(inflight) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -173,13 +176,28 @@ func (e *Engine) force(ctx context.Context, queue []*forced) error {
 		if err := c.Decode(b); err != nil {
 			return err
 		}
+		// The rows' sums, on the decode's threads (as sampleAll's).
+		idx = idx[:0]
 		for _, o := range outs {
+			idx = append(idx, int32(o.i))
+		}
+		rows, err := c.LogitRows(idx, nil)
+		if err != nil {
+			return err
+		}
+		for j, o := range outs {
 			logits, err := c.Logits(o.i)
 			if err != nil {
 				return err
 			}
 			k := o.pos + 1 - o.f.np
-			lp, en, err := sampler.LogSoftmaxAt(logits, o.f.toks[o.pos+1])
+			var lp, en float64
+			if row := rows[j]; row.Bad == -1 {
+				st := sampler.Stats{Max: row.Max, Argmax: row.Argmax, Sum: row.Sum, Dot: row.Dot, Support: int(row.Support)}
+				lp, en, err = sampler.LogSoftmaxScanned(logits, o.f.toks[o.pos+1], st)
+			} else {
+				lp, en, err = sampler.LogSoftmaxAt(logits, o.f.toks[o.pos+1]) // says which logit and why
+			}
 			if err != nil {
 				return fmt.Errorf("prompt %q sample %d, token %d: %w", o.f.r.PromptID, o.f.r.Sample, k+1, err)
 			}

@@ -114,35 +114,69 @@ func (s *Sampler) SampleTop(logits []float32, rng *RNG, k int, top []Alt) (Choic
 	if err != nil || k <= 0 {
 		return c, top, err
 	}
-	k = min(k, MaxTop, r.support)
+	k = min(k, MaxTop, r.Support)
 	for _, id := range selectTopK(s.edge[:k], logits, k) {
-		top = append(top, Alt{Token: id, LogProb: float64(logits[id]) - r.max - r.logSum})
+		top = append(top, Alt{Token: id, LogProb: float64(logits[id]) - r.Max - r.logSum})
 	}
 	return c, top, nil
 }
 
 func (s *Sampler) sample(logits []float32, rng *RNG) (Choice, rowStats, error) {
-	n := len(logits)
+	s.grow(len(logits))
+	w := s.w[:len(logits)]
+	r, err := scan(logits, w)
+	if err != nil {
+		return Choice{}, r, err
+	}
+	return s.sampleRow(logits, w, r, rng), r, nil
+}
+
+// grow sizes the scratch buffers for a row of n logits.
+func (s *Sampler) grow(n int) {
 	if cap(s.w) < n {
 		s.w = make([]float64, n)
 		s.q = make([]float64, n)
 		s.cand = make([]int32, n)
 		s.edge = make([]int32, n)
 	}
-	w := s.w[:n]
-	r, err := scan(logits, w)
-	if err != nil {
-		return Choice{}, r, err
-	}
+}
+
+// sampleRow draws from a scanned row: w holds exp(logit - max).
+func (s *Sampler) sampleRow(logits []float32, w []float64, r rowStats, rng *RNG) Choice {
 	p := s.p
 	if p.Temperature == 0 {
-		return r.choice(logits, r.argmax, 0), r, nil
+		return r.choice(logits, r.Argmax, 0)
 	}
-
 	cand := s.truncate(logits, w, r)
 	invT := 1 / p.Temperature
-	tok, logQ := s.draw(logits, cand, r.max, invT, rng.Float64())
-	return r.choice(logits, tok, (float64(logits[tok])-r.max)*invT-logQ), r, nil
+	tok, logQ := s.draw(logits, w, cand, r.Max, invT, rng.Float64())
+	return r.choice(logits, tok, (float64(logits[tok])-r.Max)*invT-logQ)
+}
+
+// SampleScanned is SampleTop for a row already scanned: st are its Stats
+// and w (len(logits)) its exp(logit - Max), as Scan computes them or as a
+// caller computed them in bulk (the rollout engine summarises a step's rows
+// together, llama.Context.LogitRows). The draw, the log-probabilities and
+// the alternatives are SampleTop's. A greedy Sampler does not read w, which
+// may then be nil.
+func (s *Sampler) SampleScanned(logits []float32, w []float64, st Stats, rng *RNG, k int, top []Alt) (Choice, []Alt, error) {
+	if err := st.check(logits); err != nil {
+		return Choice{}, top, err
+	}
+	if len(w) != len(logits) && !(w == nil && s.p.Temperature == 0) {
+		return Choice{}, top, fmt.Errorf("sampler: %d weights for %d logits", len(w), len(logits))
+	}
+	s.grow(len(logits))
+	r := st.row()
+	c := s.sampleRow(logits, w, r, rng)
+	if k <= 0 {
+		return c, top, nil
+	}
+	k = min(k, MaxTop, r.Support)
+	for _, id := range selectTopK(s.edge[:k], logits, k) {
+		top = append(top, Alt{Token: id, LogProb: float64(logits[id]) - r.Max - r.logSum})
+	}
+	return c, top, nil
 }
 
 // truncate applies top-k, top-p and min-p, in that order, and returns the
@@ -152,7 +186,7 @@ func (s *Sampler) sample(logits []float32, rng *RNG) (Choice, rowStats, error) {
 func (s *Sampler) truncate(logits []float32, w []float64, r rowStats) []int32 {
 	p := s.p
 	var cand []int32
-	if p.TopK > 0 && p.TopK < r.support {
+	if p.TopK > 0 && p.TopK < r.Support {
 		cand = selectTopK(s.cand[:p.TopK], logits, p.TopK)
 	}
 	if p.topP() {
@@ -184,19 +218,62 @@ func LogSoftmaxAt(logits []float32, tok int32) (logprob, entropy float64, err er
 	return c.LogProb, c.Entropy, nil
 }
 
-// rowStats summarises one row of logits.
+// LogSoftmaxScanned is LogSoftmaxAt for a row whose Stats are known.
+func LogSoftmaxScanned(logits []float32, tok int32, st Stats) (logprob, entropy float64, err error) {
+	if tok < 0 || int(tok) >= len(logits) {
+		return 0, 0, fmt.Errorf("sampler: token %d outside the vocabulary of %d", tok, len(logits))
+	}
+	if err := st.check(logits); err != nil {
+		return 0, 0, err
+	}
+	c := st.row().choice(logits, tok, 0)
+	return c.LogProb, c.Entropy, nil
+}
+
+// Stats summarise a row of logits x: its largest value Max and that
+// token (the lowest id on ties), and with e_i = exp(x_i - Max) over the
+// Support tokens where e_i > 0, Sum = Σ e_i and Dot = Σ e_i (x_i - Max).
+// Every log-probability and the entropy follow from them.
+type Stats struct {
+	Max     float64
+	Argmax  int32
+	Sum     float64
+	Dot     float64
+	Support int
+}
+
+// Scan computes a row's Stats, storing exp(x_i - Max) into w when w is not
+// nil (len(w) >= len(logits)). A row with a NaN or +Inf, or no finite
+// value, is an ErrBadLogits error.
+func Scan(logits []float32, w []float64) (Stats, error) {
+	r, err := scan(logits, w)
+	return r.Stats, err
+}
+
+// check refuses Stats that cannot belong to the row.
+func (st Stats) check(logits []float32) error {
+	if st.Argmax < 0 || int(st.Argmax) >= len(logits) || !(st.Sum >= 1) || st.Support < 1 {
+		return fmt.Errorf("sampler: stats %+v do not describe a row of %d logits: %w", st, len(logits), ErrBadLogits)
+	}
+	return nil
+}
+
+// row adds what every choice needs: log S and the entropy
+// H = -Σ p_i log p_i = log S - Dot / S, with p_i = e_i / S.
+func (st Stats) row() rowStats {
+	logSum := math.Log(st.Sum)
+	return rowStats{Stats: st, logSum: logSum, entropy: logSum - st.Dot/st.Sum}
+}
+
+// rowStats are a row's Stats with log S and the entropy.
 type rowStats struct {
-	max     float64 // largest logit
-	argmax  int32   // its token (lowest id on ties)
-	sum     float64 // Σ exp(logit - max)
-	logSum  float64 // log(sum): log-softmax(x)_i = x_i - max - logSum
+	Stats
+	logSum  float64 // log(Sum): log-softmax(x)_i = x_i - Max - logSum
 	entropy float64 // of the softmax, nats
-	support int     // tokens with exp(logit - max) > 0
 }
 
 // scan computes the row's statistics, storing exp(logit - max) into w when w
-// is not nil. With p_i = e_i / S, e_i = exp(x_i - m) and S = Σ e_i, the
-// entropy is H = -Σ p_i log p_i = log S - Σ e_i (x_i - m) / S.
+// is not nil.
 func scan(logits []float32, w []float64) (rowStats, error) {
 	m, arg := float32(math.Inf(-1)), -1
 	for i, x := range logits {
@@ -225,14 +302,13 @@ func scan(logits []float32, w []float64) (rowStats, error) {
 			support++
 		}
 	}
-	logSum := math.Log(sum)
-	return rowStats{max: mf, argmax: int32(arg), sum: sum, logSum: logSum, entropy: logSum - dot/sum, support: support}, nil
+	return Stats{Max: mf, Argmax: int32(arg), Sum: sum, Dot: dot, Support: support}.row(), nil
 }
 
 func (r rowStats) choice(logits []float32, tok int32, samplingLogProb float64) Choice {
 	return Choice{
 		Token:           tok,
-		LogProb:         float64(logits[tok]) - r.max - r.logSum,
+		LogProb:         float64(logits[tok]) - r.Max - r.logSum,
 		SamplingLogProb: samplingLogProb,
 		Entropy:         r.entropy,
 	}
@@ -273,11 +349,11 @@ const nucleusBuckets = 256
 // only that one bucket to find where the nucleus ends inside it. The result
 // is in id order for the whole buckets followed by the cut bucket sorted.
 func (s *Sampler) nucleusOfRow(logits []float32, w []float64, r rowStats, topP float64) []int32 {
-	floor := 0.5 * r.sum * (1 - topP) / float64(r.support)
+	floor := 0.5 * r.Sum * (1 - topP) / float64(r.Support)
 	lo := math.Log(floor) // every survivor has logit - max in [lo, 0]
 	scale := nucleusBuckets / -lo
 	bucket := func(x float32) int {
-		return min(max(int((float64(x)-r.max-lo)*scale), 0), nucleusBuckets-1)
+		return min(max(int((float64(x)-r.Max-lo)*scale), 0), nucleusBuckets-1)
 	}
 	var mass [nucleusBuckets]float64
 	cand := s.cand[:0]
@@ -287,7 +363,7 @@ func (s *Sampler) nucleusOfRow(logits []float32, w []float64, r rowStats, topP f
 			mass[bucket(logits[i])] += e
 		}
 	}
-	target, cum := topP*r.sum, 0.0
+	target, cum := topP*r.Sum, 0.0
 	cut := 0
 	for b := nucleusBuckets - 1; b >= 0; b-- {
 		if cum+mass[b] >= target {
@@ -365,9 +441,9 @@ func applyMinP(cand, dst []int32, w []float64, minP float64) []int32 {
 // draw samples from the candidates (the whole row when cand is nil) with
 // weights exp((x_i - max) / T) by inverting the cumulative sum at u·Σ, and
 // returns the token and log Σ.
-func (s *Sampler) draw(logits []float32, cand []int32, max, invT, u float64) (tok int32, logQ float64) {
+func (s *Sampler) draw(logits []float32, w []float64, cand []int32, max, invT, u float64) (tok int32, logQ float64) {
 	if cand == nil {
-		q := s.w[:len(logits)]
+		q := w
 		if invT != 1 {
 			q = s.q[:len(logits)]
 			for i, x := range logits {
@@ -380,7 +456,7 @@ func (s *Sampler) draw(logits []float32, cand []int32, max, invT, u float64) (to
 	q := s.q[:len(cand)]
 	for j, id := range cand {
 		if invT == 1 {
-			q[j] = s.w[id]
+			q[j] = w[id]
 		} else {
 			q[j] = math.Exp((float64(logits[id]) - max) * invT)
 		}

@@ -322,7 +322,7 @@ func TestMatchesReference(t *testing.T) {
 					kept++
 				}
 			}
-			if cand == nil && kept != st.support || cand != nil && len(cand) != kept {
+			if cand == nil && kept != st.Support || cand != nil && len(cand) != kept {
 				t.Fatalf("%+v trial %d: kept %d tokens, reference keeps %d", p, trial, len(cand), kept)
 			}
 			for _, id := range cand {
@@ -462,5 +462,68 @@ func TestSampleTop(t *testing.T) {
 	}
 	if len(top) != 2 || top[0].Token != 3 || top[1].Token != 1 {
 		t.Fatalf("row with banned tokens: %+v, want tokens 3 and 1 only", top)
+	}
+}
+
+// TestSampleScanned: a row sampled from its Stats and weights (as the rollout
+// engine does after summarising a step's rows in C) gives SampleTop's choice
+// and alternatives bit for bit, for every stage of truncation and for greedy
+// (whose weights may be nil); LogSoftmaxScanned gives LogSoftmaxAt's numbers;
+// Stats that cannot belong to the row, or weights of the wrong length, are
+// refused.
+func TestSampleScanned(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	logits := make([]float32, 500)
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64() * 3)
+	}
+	logits[17] = float32(math.Inf(-1))
+	for _, p := range []Params{{Temperature: 1}, {Temperature: 0.7, TopK: 40}, {Temperature: 1.3, TopP: 0.9}, {Temperature: 1, MinP: 0.05}, {}} {
+		a, _ := New(p)
+		b, _ := New(p)
+		w := make([]float64, len(logits))
+		st, err := Scan(logits, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Temperature == 0 {
+			w = nil
+		}
+		ra, rb := NewRNG(3, "p", 1), NewRNG(3, "p", 1)
+		for range 20 {
+			ca, ta, err := a.SampleTop(logits, ra, 5, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cb, tb, err := b.SampleScanned(logits, w, st, rb, 5, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ca != cb || !slices.Equal(ta, tb) {
+				t.Fatalf("%+v: SampleTop %+v %v, SampleScanned %+v %v", p, ca, ta, cb, tb)
+			}
+		}
+		lp, en, _ := LogSoftmaxAt(logits, 3)
+		lp2, en2, err := LogSoftmaxScanned(logits, 3, st)
+		if err != nil || lp != lp2 || en != en2 {
+			t.Fatalf("LogSoftmaxScanned %v %v %v, LogSoftmaxAt %v %v", lp2, en2, err, lp, en)
+		}
+	}
+	s, _ := New(Params{Temperature: 1})
+	w := make([]float64, len(logits))
+	st, _ := Scan(logits, w)
+	for _, bad := range []Stats{{}, {Max: st.Max, Argmax: 500, Sum: st.Sum, Support: 1}, {Max: st.Max, Argmax: st.Argmax, Sum: 0.5, Support: 1}} {
+		if _, _, err := s.SampleScanned(logits, w, bad, NewRNG(1, "p", 0), 0, nil); !errors.Is(err, ErrBadLogits) {
+			t.Errorf("stats %+v: err = %v", bad, err)
+		}
+		if _, _, err := LogSoftmaxScanned(logits, 3, bad); !errors.Is(err, ErrBadLogits) {
+			t.Errorf("LogSoftmaxScanned, stats %+v: err = %v", bad, err)
+		}
+	}
+	if _, _, err := s.SampleScanned(logits, w[:10], st, NewRNG(1, "p", 0), 0, nil); err == nil {
+		t.Error("10 weights for 500 logits accepted")
+	}
+	if _, _, err := LogSoftmaxScanned(logits, 500, st); err == nil {
+		t.Error("token 500 of 500 accepted")
 	}
 }

@@ -1,0 +1,80 @@
+package llama_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/sampler"
+)
+
+// TestLogitRows: the rows' sums computed in C on the decode's threads equal
+// sampler.Scan's on the same rows (Max, Argmax and Support exactly; Sum,
+// Dot and the exponentials to 1e-14 relative, libm's exp against Go's) at
+// one and two threads; a row the decode has no logits for is an error that
+// names its batch index, and a short w is refused before C.
+func TestLogitRows(t *testing.T) {
+	m := loadTiny(t)
+	toks := []llama.Token{1, 270, 281, 292, 303, 314, 325, 336}
+	for _, threads := range []int{1, 2} {
+		c, err := llama.NewContext(m, llama.ContextParams{NCtx: 64, Threads: threads})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := llama.NewBatch(len(toks), 1)
+		idx := []int32{}
+		for i, tok := range toks {
+			if _, err := b.Add(tok, i, []int{0}, i%2 == 1); err != nil {
+				t.Fatal(err)
+			}
+			if i%2 == 1 {
+				idx = append(idx, int32(i))
+			}
+		}
+		if err := c.Decode(b); err != nil {
+			t.Fatal(err)
+		}
+		nv := m.NVocab()
+		w := make([]float64, len(idx)*nv)
+		rows, err := c.LogitRows(idx, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel := func(a, b float64) float64 { return math.Abs(a-b) / math.Max(math.Abs(b), 1e-300) }
+		for r, i := range idx {
+			logits, err := c.Logits(int(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gw := make([]float64, nv)
+			st, err := sampler.Scan(logits, gw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := rows[r]
+			if got.Bad != -1 || got.Max != st.Max || got.Argmax != st.Argmax || int(got.Support) != st.Support {
+				t.Fatalf("threads %d, row %d: %+v, Scan %+v", threads, i, got, st)
+			}
+			if rel(got.Sum, st.Sum) > 1e-14 || rel(got.Dot, st.Dot) > 1e-14 {
+				t.Fatalf("threads %d, row %d: sums %v %v, Scan %v %v", threads, i, got.Sum, got.Dot, st.Sum, st.Dot)
+			}
+			for k, e := range w[r*nv : (r+1)*nv] {
+				if rel(e, gw[k]) > 1e-15 {
+					t.Fatalf("threads %d, row %d, token %d: exp %v, Go %v", threads, i, k, e, gw[k])
+				}
+			}
+		}
+		if _, err := c.LogitRows([]int32{0}, nil); err == nil || !strings.Contains(err.Error(), "batch index 0") {
+			t.Errorf("a row without logits: err = %v", err)
+		}
+		if _, err := c.LogitRows(idx, w[:nv]); err == nil {
+			t.Error("a w shorter than the rows accepted")
+		}
+		b.Close()
+		c.Close()
+		if _, err := c.LogitRows(idx, nil); err == nil {
+			t.Error("LogitRows on a closed context: no error")
+		}
+	}
+}
