@@ -130,7 +130,7 @@ func referenceContexts(b *testing.B, m *llama.Model, o rollout.Options, nctx, gr
 // one prompt, log-probs and entropies recorded) against a C loop making the
 // same llama_decode calls with an argmax in C (llama.ReferenceBatchedGreedy)
 // on two contexts: one with the engine's settings (F32 KV cache, flash
-// attention off) and one with llama.cpp's defaults (llama_context_default_params:
+// attention on for a model on the CPU alone) and one with llama.cpp's defaults (llama_context_default_params:
 // F16 KV cache, flash attention auto; only the sizes, the unified cache the
 // shared prompt needs and the threads set). It reports the three rates and
 // engine/reference for both, the three runs alternating in one loop.
@@ -272,7 +272,7 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 		}
 	}
 	fmt.Printf("\nSampled rollout against the C loop (G=8 x 128 tokens, temperature 1, log-prob per token; best of each side, alternating; load average %s):\n\n", testutil.LoadAverage())
-	fmt.Println("| model | threads | C loop, engine's settings (F32 KV, no flash attention) | engine | engine/C | C loop, llama.cpp's defaults (F16 KV, flash attention auto) | engine/C | engine on those defaults | engine/C, both on the defaults |")
+	fmt.Println("| model | threads | C loop, engine's settings (F32 KV, flash attention on) | engine | engine/C | C loop, llama.cpp's defaults (F16 KV, flash attention auto) | engine/C | engine on those defaults | engine/C, both on the defaults |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	last := map[string]res{}
 	var order []string
