@@ -30,7 +30,8 @@ func stressRounds(t *testing.T) int {
 // TestStressBindings drives every kind of C call the package makes, over and
 // over, while the collector runs: GGUF writes (SetStrings put C pointers in
 // an array; it crashed with "found bad pointer in Go heap" when that array
-// was uninitialised C memory), GGUF reads, decodes, adapter swaps, training
+// was uninitialised C memory), GGUF reads, decodes, the rows' sums written
+// into Go memory by C (LogitRows), adapter swaps, training
 // evaluations with gradients, and handles dropped without Close (freed by
 // their cleanups, never mid-call). Under GOGC=1 a collection runs at almost
 // every allocation, and cgocheck2 checks every pointer store into memory
@@ -72,6 +73,18 @@ func TestStressBindings(t *testing.T) {
 			t.Fatal(err)
 		}
 		base := decodeOne(t, c, toks, 0)[len(toks)-1]
+		// The rows summarised in C on the decode's threads, into Go memory.
+		idx := make([]int32, len(toks))
+		for i := range idx {
+			idx[i] = int32(i)
+		}
+		rows, err := c.LogitRows(idx, make([]float64, len(toks)*m.NVocab()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := rows[len(toks)-1]; r.Bad != -1 || r.Sum < 1 || r.Argmax < 0 {
+			t.Fatalf("round %d: LogitRows %+v", round, r)
+		}
 
 		// Adapter swaps: each decode must see the adapter just set.
 		for k := range 3 {
