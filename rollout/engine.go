@@ -677,14 +677,10 @@ func (e *Engine) sampleOne(c *llama.Context, q *sequence, d *draw, row llama.Log
 	if err != nil {
 		return err
 	}
-	if row.Bad != -1 {
-		_, err := sampler.Scan(logits, nil) // says which logit and why
-		if err == nil {
-			err = fmt.Errorf("logits row %d: %w", d.i, sampler.ErrBadLogits)
-		}
+	st, err := rowStats(logits, row)
+	if err != nil {
 		return err
 	}
-	st := sampler.Stats{Max: row.Max, Argmax: row.Argmax, Sum: row.Sum, Dot: row.Dot, Support: int(row.Support)}
 	var wr []float64
 	if w != nil {
 		wr = w[off : off+nv]
@@ -695,6 +691,19 @@ func (e *Engine) sampleOne(c *llama.Context, q *sequence, d *draw, row llama.Log
 	}
 	d.ch, d.top, err = q.g.smp.SampleScanned(logits, wr, st, q.rng, q.g.top, top)
 	return err
+}
+
+// rowStats is a row LogitRows summarised, as the sampler's Stats; a row
+// with a NaN or +Inf, or no finite logit, is sampler.Scan's error, which
+// says which logit and why.
+func rowStats(logits []float32, row llama.LogitRow) (sampler.Stats, error) {
+	if row.Bad != -1 {
+		if _, err := sampler.Scan(logits, nil); err != nil {
+			return sampler.Stats{}, err
+		}
+		return sampler.Stats{}, fmt.Errorf("logits row: %w", sampler.ErrBadLogits)
+	}
+	return sampler.Stats{Max: row.Max, Argmax: row.Argmax, Sum: row.Sum, Dot: row.Dot, Support: int(row.Support)}, nil
 }
 
 // pinThread locks the calling goroutine to its OS thread for a decode loop

@@ -192,11 +192,9 @@ func (e *Engine) force(ctx context.Context, queue []*forced) error {
 			}
 			k := o.pos + 1 - o.f.np
 			var lp, en float64
-			if row := rows[j]; row.Bad == -1 {
-				st := sampler.Stats{Max: row.Max, Argmax: row.Argmax, Sum: row.Sum, Dot: row.Dot, Support: int(row.Support)}
+			st, err := rowStats(logits, rows[j])
+			if err == nil {
 				lp, en, err = sampler.LogSoftmaxScanned(logits, o.f.toks[o.pos+1], st)
-			} else {
-				lp, en, err = sampler.LogSoftmaxAt(logits, o.f.toks[o.pos+1]) // says which logit and why
 			}
 			if err != nil {
 				return fmt.Errorf("prompt %q sample %d, token %d: %w", o.f.r.PromptID, o.f.r.Sample, k+1, err)

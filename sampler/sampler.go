@@ -111,14 +111,23 @@ const MaxTop = 20
 // at the tokens of non-zero probability; the draw is Sample's.
 func (s *Sampler) SampleTop(logits []float32, rng *RNG, k int, top []Alt) (Choice, []Alt, error) {
 	c, r, err := s.sample(logits, rng)
-	if err != nil || k <= 0 {
+	if err != nil {
 		return c, top, err
+	}
+	return c, s.appendTop(top, logits, r, k), nil
+}
+
+// appendTop appends the row's k most likely tokens (k capped at MaxTop and
+// at the row's support) to top, best first, with their model log-probs.
+func (s *Sampler) appendTop(top []Alt, logits []float32, r rowStats, k int) []Alt {
+	if k <= 0 {
+		return top
 	}
 	k = min(k, MaxTop, r.Support)
 	for _, id := range selectTopK(s.edge[:k], logits, k) {
 		top = append(top, Alt{Token: id, LogProb: float64(logits[id]) - r.Max - r.logSum})
 	}
-	return c, top, nil
+	return top
 }
 
 func (s *Sampler) sample(logits []float32, rng *RNG) (Choice, rowStats, error) {
@@ -169,14 +178,7 @@ func (s *Sampler) SampleScanned(logits []float32, w []float64, st Stats, rng *RN
 	s.grow(len(logits))
 	r := st.row()
 	c := s.sampleRow(logits, w, r, rng)
-	if k <= 0 {
-		return c, top, nil
-	}
-	k = min(k, MaxTop, r.Support)
-	for _, id := range selectTopK(s.edge[:k], logits, k) {
-		top = append(top, Alt{Token: id, LogProb: float64(logits[id]) - r.Max - r.logSum})
-	}
-	return c, top, nil
+	return c, s.appendTop(top, logits, r, k), nil
 }
 
 // truncate applies top-k, top-p and min-p, in that order, and returns the
