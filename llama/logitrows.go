@@ -19,7 +19,9 @@ typedef struct {
 // and the index of the first NaN or +Inf (bad, -1 when none; -2 when no
 // logit is finite). With w != NULL, row r's exp(x - max) go to w[r*n_vocab
 // ...]. Exponentials are libm's exp in double precision, as math.Exp is in
-// Go. Returns the index into idx of a row llama.cpp has no logits for, or -1.
+// Go. Returns the index into idx of a row llama.cpp has no logits for, -1
+// when every row was summarised, or -2 when the row pointers could not be
+// allocated.
 //
 // It runs with num_threads = the context's threads from the thread that
 // decodes, so the workers are the ones ggml's graph just ran on: they are
