@@ -23,3 +23,9 @@ func GGUFDataOffset(path string) int64 {
 
 // CheckSpace is checkSpace, for the full-disk test.
 var CheckSpace = checkSpace
+
+// ExpValues is expValues: LogitRows' exponentials, for their test.
+var ExpValues = expValues
+
+// QuantMatMul is quantMatMul, for the tests of patches 0040 and 0042.
+var QuantMatMul = quantMatMul

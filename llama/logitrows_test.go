@@ -2,6 +2,7 @@ package llama_test
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 
 // TestLogitRows: the rows' sums computed in C on the decode's threads equal
 // sampler.Scan's on the same rows (Max, Argmax and Support exactly; Sum,
-// Dot and the exponentials to 1e-14 relative, libm's exp against Go's) at
+// Dot and the exponentials to 1e-14 relative, LogitRows' exp against Go's) at
 // one and two threads; a row the decode has no logits for is an error that
 // names its batch index, and a short w is refused before C.
 func TestLogitRows(t *testing.T) {
@@ -77,4 +78,37 @@ func TestLogitRows(t *testing.T) {
 			t.Error("LogitRows on a closed context: no error")
 		}
 	}
+}
+
+// TestExpValues: the SIMD exponential LogitRows computes every row's
+// softmax with is within two ulps of Go's math.Exp (each is within one of
+// the exact value) and zero exactly where it is, over the whole range a
+// logit minus its row's maximum takes: [-708, 0] on a dense grid and at
+// random, the interval ends, ln 2 / 2 where the reduction turns, the
+// subnormal results below -708 (handed to libm), and -Inf.
+func TestExpValues(t *testing.T) {
+	var d []float64
+	for x := 0.0; x >= -720; x -= 1.0 / 64 {
+		d = append(d, x)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 100000 {
+		d = append(d, -rng.Float64()*40, -rng.Float64()*750)
+	}
+	d = append(d, -0.34657359027997264, -0.3465735902799727, -708, math.Nextafter(-708, 0), math.Nextafter(-708, -1000),
+		-744.4, -745.2, -746, -1e-300, math.Copysign(0, -1), math.Inf(-1))
+	e := llama.ExpValues(d)
+	worst := 0
+	for i, x := range d {
+		want := math.Exp(x)
+		ulps := math.Float64bits(e[i]) - math.Float64bits(want)
+		if int64(ulps) < 0 {
+			ulps = -ulps
+		}
+		if ulps > 2 || (want == 0) != (e[i] == 0) {
+			t.Fatalf("exp(%v) = %v, Go %v (%d ulps)", x, e[i], want, int64(ulps))
+		}
+		worst = max(worst, int(ulps))
+	}
+	t.Logf("%d values, worst %d ulp from math.Exp", len(d), worst)
 }
