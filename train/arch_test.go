@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -279,5 +280,111 @@ func TestArchRecurrentRefused(t *testing.T) {
 	}
 	if _, err := NewFullTrainer(m, []string{"blk.0.ssm_in.weight"}, testConfig()); err == nil || !strings.Contains(err.Error(), "recurrent") {
 		t.Fatalf("NewFullTrainer: %v", err)
+	}
+}
+
+// lengthExamples are sequences of the given lengths in tokens, prompt
+// tokens and then completion tokens, random.
+func lengthExamples(m *llama.Model, prompt int, lengths []int, seed uint64) []Example {
+	rng := rand.New(rand.NewPCG(seed, 5))
+	tok := func() llama.Token { return llama.Token(3 + rng.IntN(m.NVocab()-3)) }
+	var exs []Example
+	for _, n := range lengths {
+		e := Example{Prompt: make([]llama.Token, prompt), Completion: make([]llama.Token, n-prompt), Advantage: rng.Float64() - 0.5}
+		for j := range e.Prompt {
+			e.Prompt[j] = tok()
+		}
+		for j := range e.Completion {
+			e.Completion[j] = tok()
+		}
+		exs = append(exs, e)
+	}
+	return exs
+}
+
+// TestAttentionStreams: a micro-batch of sequences of one length attends in
+// streams, one L x L product a sequence (patch 0039), where sequences of
+// different lengths share one n_tokens x n_tokens product and a mask. For
+// every architecture: the loss, the gradient and the log-probs of such a
+// micro-batch equal those of each sequence alone (to the tolerance of
+// TestMicroBatchesAccumulate), and a pass of 4 x 32 tokens needs a smaller
+// compute buffer than one of 24 + 40 + 24 + 40 (which has no streams): the
+// streams are taken.
+func TestAttentionStreams(t *testing.T) {
+	for _, arch := range modelgen.Archs {
+		t.Run(arch, func(t *testing.T) {
+			m, _ := loadArch(t, arch, false)
+			a := newAdapter(t, m, true)
+			exs := lengthExamples(m, 4, []int{12, 12, 12}, 1)
+			trainer := func(microBatch int) *Trainer {
+				cfg := testConfig()
+				cfg.MicroBatchTokens = microBatch
+				tr, err := NewLoRATrainer(m, a, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { tr.Close() })
+				return tr
+			}
+			one, alone := trainer(256), trainer(1)
+			st1, err := one.Gradient(context.Background(), exs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st2, err := alone.Gradient(context.Background(), exs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st1.MicroBatches != 1 || st2.MicroBatches != len(exs) {
+				t.Fatalf("micro-batches %d and %d", st1.MicroBatches, st2.MicroBatches)
+			}
+			if math.Abs(st1.Loss-st2.Loss) > 1e-5 {
+				t.Fatalf("loss %g in streams, %g alone", st1.Loss, st2.Loss)
+			}
+			g1 := snapshotGrads(one)
+			worst := 0.0
+			for j, g := range snapshotGrads(alone) {
+				for k := range g {
+					d := math.Abs(float64(g[k] - g1[j][k]))
+					if d > 1e-5+1e-3*math.Abs(float64(g1[j][k])) {
+						t.Fatalf("%s[%d]: gradient %g in streams, %g alone", one.params[j].Name, k, g1[j][k], g[k])
+					}
+					worst = max(worst, d)
+				}
+			}
+			lp1, err := one.LogProbs(exs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lp2, err := alone.LogProbs(exs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range lp1 {
+				for k := range lp1[i] {
+					if d := math.Abs(float64(lp1[i][k] - lp2[i][k])); d > 1e-5 {
+						t.Fatalf("sequence %d, token %d: log-prob %g in streams, %g alone", i, k, lp1[i][k], lp2[i][k])
+					}
+				}
+			}
+
+			bytes := func(lengths []int) int64 {
+				tr := trainer(128)
+				st, err := tr.Gradient(context.Background(), lengthExamples(m, 4, lengths, 2))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.MicroBatches != 1 {
+					t.Fatalf("%v: %d micro-batches", lengths, st.MicroBatches)
+				}
+				return tr.ComputeBufferBytes()
+			}
+			streams, mask := bytes([]int{32, 32, 32, 32}), bytes([]int{24, 40, 24, 40})
+			t.Logf("ARCH %s streams: gradient within %.1e of each sequence alone; compute buffer %.2f MiB in streams, %.2f MiB with one mask",
+				arch, worst, float64(streams)/(1<<20), float64(mask)/(1<<20))
+			if streams >= mask {
+				t.Errorf("compute buffer %d bytes for 4 x 32 tokens, %d for 24 + 40 + 24 + 40: no streams", streams, mask)
+			}
+		})
 	}
 }

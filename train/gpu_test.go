@@ -42,12 +42,13 @@ func relErr(a, b [][]float32) float64 {
 
 // TestGPUGradientMatchesCPU: a training step's gradients with every layer
 // on the device against the CPU's, for LoRA and for full-parameter
-// training, to F32's precision (F16's where the device's matrix products
+// training, and for LoRA on sequences of one length (whose attention runs
+// in streams, patch 0039), to F32's precision (F16's where the device's matrix products
 // round to F16: testutil.PrecisionBound). It also lists the training
 // graph's ops that the scheduler ran on the CPU (docs/gpu.md quotes them).
 func TestGPUGradientMatchesCPU(t *testing.T) {
 	gpu := testutil.GPU(t)
-	for _, kind := range []string{"lora", "full"} {
+	for _, kind := range []string{"lora", "full", "streams"} {
 		t.Run(kind, func(t *testing.T) {
 			var grads [2][][]float32
 			var losses [2]float64
@@ -58,7 +59,12 @@ func TestGPUGradientMatchesCPU(t *testing.T) {
 					m := loadOn(t, p)
 					var tr *Trainer
 					var err error
-					if kind == "lora" {
+					exs := examples(t, m)
+					if kind == "streams" {
+						// sequences of one length: attention in streams (patch 0039)
+						exs = lengthExamples(m, 4, []int{12, 12, 12}, 1)
+					}
+					if kind != "full" {
 						tr, err = NewLoRATrainer(m, newAdapter(t, m, true), testConfig())
 					} else {
 						var ws []string
@@ -70,7 +76,7 @@ func TestGPUGradientMatchesCPU(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer tr.Close()
-					st, err := tr.Gradient(context.Background(), examples(t, m))
+					st, err := tr.Gradient(context.Background(), exs)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -82,7 +88,7 @@ func TestGPUGradientMatchesCPU(t *testing.T) {
 					for _, g := range tr.Grads() {
 						grads[i] = append(grads[i], append([]float32(nil), g...))
 					}
-					if lps[i], err = tr.LogProbs(examples(t, m)); err != nil {
+					if lps[i], err = tr.LogProbs(exs); err != nil {
 						t.Fatal(err)
 					}
 				}
