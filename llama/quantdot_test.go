@@ -21,14 +21,7 @@ import (
 func TestQuantMatMulColumns(t *testing.T) {
 	const k, m, n, planes = 512, 37, 21, 3
 	rng := rand.New(rand.NewPCG(40, 41))
-	w := make([]float32, k*m)
-	for i := range w {
-		w[i] = float32(rng.NormFloat64())
-	}
-	x := make([]float32, k*n*planes)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
+	w, x := normals(rng, k*m), normals(rng, k*n*planes)
 	for _, typ := range []string{"q5_K", "q6_K", "q4_K", "q8_0"} {
 		for _, threads := range []int{1, 2} {
 			whole, byColumn, err := llama.QuantMatMul(typ, w, x, k, m, n, planes, threads)
@@ -73,14 +66,7 @@ func TestShortRowMatMul(t *testing.T) {
 	const m, n, planes = 37, 21, 3
 	rng := rand.New(rand.NewPCG(42, 43))
 	for _, k := range []int{1, 4, 5, 8, 16, 17} {
-		w := make([]float32, k*m)
-		for i := range w {
-			w[i] = float32(rng.NormFloat64())
-		}
-		x := make([]float32, k*n*planes)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
+		w, x := normals(rng, k*m), normals(rng, k*n*planes)
 		for _, threads := range []int{1, 2} {
 			whole, byColumn, err := llama.QuantMatMul("f32", w, x, k, m, n, planes, threads)
 			if err != nil {
@@ -108,4 +94,13 @@ func TestShortRowMatMul(t *testing.T) {
 			t.Logf("k %d, %d threads: within %.2f of k F32 roundings of the float64 product", k, threads, worst)
 		}
 	}
+}
+
+// normals are n standard normal values.
+func normals(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
 }

@@ -3,7 +3,6 @@ package train
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -283,31 +282,11 @@ func TestArchRecurrentRefused(t *testing.T) {
 	}
 }
 
-// lengthExamples are sequences of the given lengths in tokens, prompt
-// tokens and then completion tokens, random.
-func lengthExamples(m *llama.Model, prompt int, lengths []int, seed uint64) []Example {
-	rng := rand.New(rand.NewPCG(seed, 5))
-	tok := func() llama.Token { return llama.Token(3 + rng.IntN(m.NVocab()-3)) }
-	var exs []Example
-	for _, n := range lengths {
-		e := Example{Prompt: make([]llama.Token, prompt), Completion: make([]llama.Token, n-prompt), Advantage: rng.Float64() - 0.5}
-		for j := range e.Prompt {
-			e.Prompt[j] = tok()
-		}
-		for j := range e.Completion {
-			e.Completion[j] = tok()
-		}
-		exs = append(exs, e)
-	}
-	return exs
-}
-
 // TestAttentionStreams: a micro-batch of sequences of one length attends in
 // streams, one L x L product a sequence (patch 0039), where sequences of
 // different lengths share one n_tokens x n_tokens product and a mask. For
 // every architecture: the loss, the gradient and the log-probs of such a
-// micro-batch equal those of each sequence alone (to the tolerance of
-// TestMicroBatchesAccumulate), and a pass of 4 x 32 tokens needs a smaller
+// micro-batch equal those of each sequence alone (gradientsAgree), and a pass of 4 x 32 tokens needs a smaller
 // compute buffer than one of 24 + 40 + 24 + 40 (which has no streams): the
 // streams are taken.
 func TestAttentionStreams(t *testing.T) {
@@ -327,31 +306,7 @@ func TestAttentionStreams(t *testing.T) {
 				return tr
 			}
 			one, alone := trainer(256), trainer(1)
-			st1, err := one.Gradient(context.Background(), exs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st2, err := alone.Gradient(context.Background(), exs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st1.MicroBatches != 1 || st2.MicroBatches != len(exs) {
-				t.Fatalf("micro-batches %d and %d", st1.MicroBatches, st2.MicroBatches)
-			}
-			if math.Abs(st1.Loss-st2.Loss) > 1e-5 {
-				t.Fatalf("loss %g in streams, %g alone", st1.Loss, st2.Loss)
-			}
-			g1 := snapshotGrads(one)
-			worst := 0.0
-			for j, g := range snapshotGrads(alone) {
-				for k := range g {
-					d := math.Abs(float64(g[k] - g1[j][k]))
-					if d > 1e-5+1e-3*math.Abs(float64(g1[j][k])) {
-						t.Fatalf("%s[%d]: gradient %g in streams, %g alone", one.params[j].Name, k, g1[j][k], g[k])
-					}
-					worst = max(worst, d)
-				}
-			}
+			_, worst := gradientsAgree(t, one, alone, exs)
 			lp1, err := one.LogProbs(exs)
 			if err != nil {
 				t.Fatal(err)

@@ -15,11 +15,21 @@ import (
 // randomExamples are n sequences of a 16-token prompt and a 48-token
 // completion of random tokens.
 func randomExamples(m *llama.Model, n int, seed uint64) []Example {
+	lengths := make([]int, n)
+	for i := range lengths {
+		lengths[i] = 64
+	}
+	return lengthExamples(m, 16, lengths, seed)
+}
+
+// lengthExamples are sequences of the given lengths in tokens, prompt
+// tokens and then completion tokens, random.
+func lengthExamples(m *llama.Model, prompt int, lengths []int, seed uint64) []Example {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	tok := func() llama.Token { return llama.Token(3 + rng.IntN(m.NVocab()-3)) }
 	var exs []Example
-	for i := 0; i < n; i++ {
-		e := Example{Prompt: make([]llama.Token, 16), Completion: make([]llama.Token, 48), Advantage: rng.Float64() - 0.5}
+	for _, n := range lengths {
+		e := Example{Prompt: make([]llama.Token, prompt), Completion: make([]llama.Token, n-prompt), Advantage: rng.Float64() - 0.5}
 		for j := range e.Prompt {
 			e.Prompt[j] = tok()
 		}
