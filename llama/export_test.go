@@ -27,5 +27,8 @@ var CheckSpace = checkSpace
 // ExpValues is expValues: LogitRows' exponentials, for their test.
 var ExpValues = expValues
 
-// QuantMatMul is quantMatMul, for the tests of patches 0040 and 0042.
+// QuantMatMul is quantMatMul, for the tests of patches 0040, 0042 and 0044.
 var QuantMatMul = quantMatMul
+
+// OutProdLayouts is outProdLayouts, for the test of patch 0044.
+var OutProdLayouts = outProdLayouts

@@ -8,10 +8,11 @@ package llama
 
 // confclip_quant_mat_mul: w (k x m F32 values, k a row) quantized to type,
 // times x (k x n x planes, broadcast over the planes) as one product into
-// whole (m x n x planes) and one column at a time into bycol. Returns 0, or
-// -1 when memory runs out.
-static int confclip_quant_mat_mul(int type, const float * w, const float * x, int k, int m, int n, int planes,
-		int threads, float * whole, float * bycol) {
+// whole (m x n x planes) and in parts of `part` columns (the last part of a
+// plane may have fewer) into byparts. Returns 0, or -1 when memory runs
+// out.
+static int confclip_quant_mat_mul(int type, const float * w, const float * x, int k, int m, int n, int planes, int part,
+		int threads, float * whole, float * byparts) {
 	const size_t qsize = ggml_row_size((enum ggml_type) type, k) * m;
 	struct ggml_init_params ip = { qsize + sizeof(float)*((size_t) k*n*planes + 2*(size_t) m*n*planes) + (size_t) (n*planes + 8)*4096 + 1024*1024, NULL, false };
 	struct ggml_context * ctx = ggml_init(ip);
@@ -26,24 +27,74 @@ static int confclip_quant_mat_mul(int type, const float * w, const float * x, in
 	struct ggml_cgraph * gf = ggml_new_graph_custom(ctx, 2*n*planes + 8, false);
 	struct ggml_tensor * y = ggml_mul_mat(ctx, wq, xt);
 	ggml_build_forward_expand(gf, y);
-	struct ggml_tensor ** cols = (struct ggml_tensor **) malloc(sizeof(struct ggml_tensor *) * n * planes);
-	if (!cols) {
+	struct ggml_tensor ** parts = (struct ggml_tensor **) malloc(sizeof(struct ggml_tensor *) * n * planes);
+	if (!parts) {
 		ggml_free(ctx);
 		return -1;
 	}
+	int nparts = 0;
 	for (int p = 0; p < planes; p++) {
-		for (int j = 0; j < n; j++) {
-			struct ggml_tensor * xc = ggml_view_2d(ctx, xt, k, 1, xt->nb[1], p*xt->nb[2] + j*xt->nb[1]);
-			cols[p*n + j] = ggml_mul_mat(ctx, wq, xc);
-			ggml_build_forward_expand(gf, cols[p*n + j]);
+		for (int j = 0; j < n; j += part) {
+			const int cols = j + part <= n ? part : n - j;
+			struct ggml_tensor * xc = ggml_view_2d(ctx, xt, k, cols, xt->nb[1], p*xt->nb[2] + j*xt->nb[1]);
+			parts[nparts] = ggml_mul_mat(ctx, wq, xc);
+			ggml_build_forward_expand(gf, parts[nparts++]);
 		}
 	}
 	ggml_graph_compute_with_ctx(ctx, gf, threads);
 	memcpy(whole, y->data, ggml_nbytes(y));
-	for (int c = 0; c < n*planes; c++) {
-		memcpy(bycol + (size_t) c*m, cols[c]->data, sizeof(float)*m);
+	// the parts' results are m values a column, in the order of whole's
+	size_t off = 0;
+	for (int c = 0; c < nparts; c++) {
+		memcpy(byparts + off, parts[c]->data, ggml_nbytes(parts[c]));
+		off += ggml_nelements(parts[c]);
 	}
-	free(cols);
+	free(parts);
+	ggml_free(ctx);
+	return 0;
+}
+
+// confclip_out_prod_layouts: the input gradient of a frozen weight as the
+// backward pass computes it, out_prod(W, transpose(G)) with W k x m (k a
+// row) and G m x n (m a row), three ways: G transposed in place (its rows
+// read as runs of m values), G transposed into a contiguous copy (read
+// across its rows, patch 0044's gather), and a row of the result at a time
+// (a product too small for the copied panel of W). Each is k x n into
+// whole, copied and byrow. Returns 0, or -1 when memory runs out.
+static int confclip_out_prod_layouts(const float * w, const float * g, int k, int m, int n, int threads,
+		float * whole, float * copied, float * byrow) {
+	struct ggml_init_params ip = { sizeof(float)*((size_t) k*m + 2*(size_t) m*n + 4*(size_t) k*n) + (size_t) (n + 8)*8192 + 1024*1024, NULL, false };
+	struct ggml_context * ctx = ggml_init(ip);
+	if (!ctx) {
+		return -1;
+	}
+	struct ggml_tensor * wt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, m);
+	memcpy(wt->data, w, ggml_nbytes(wt));
+	struct ggml_tensor * gt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m, n);
+	memcpy(gt->data, g, ggml_nbytes(gt));
+	struct ggml_tensor * gtt = ggml_transpose(ctx, gt);
+
+	struct ggml_cgraph * gf = ggml_new_graph_custom(ctx, 2*n + 16, false);
+	struct ggml_tensor * a = ggml_out_prod(ctx, wt, gtt);
+	struct ggml_tensor * b = ggml_out_prod(ctx, wt, ggml_cont(ctx, gtt));
+	ggml_build_forward_expand(gf, a);
+	ggml_build_forward_expand(gf, b);
+	struct ggml_tensor ** rows = (struct ggml_tensor **) malloc(sizeof(struct ggml_tensor *) * n);
+	if (!rows) {
+		ggml_free(ctx);
+		return -1;
+	}
+	for (int j = 0; j < n; j++) {
+		rows[j] = ggml_out_prod(ctx, wt, ggml_view_2d(ctx, gtt, 1, m, gtt->nb[1], j*gtt->nb[0]));
+		ggml_build_forward_expand(gf, rows[j]);
+	}
+	ggml_graph_compute_with_ctx(ctx, gf, threads);
+	memcpy(whole, a->data, ggml_nbytes(a));
+	memcpy(copied, b->data, ggml_nbytes(b));
+	for (int j = 0; j < n; j++) {
+		memcpy(byrow + (size_t) j*k, rows[j]->data, sizeof(float)*k);
+	}
+	free(rows);
 	ggml_free(ctx);
 	return 0;
 }
@@ -62,24 +113,42 @@ var mulMatTypes = map[string]C.int{
 }
 
 // quantMatMul quantizes w (m rows of k values) to typ (f32: as it is) and
-// multiplies it by x
-// (planes matrices of n columns of k values) on ggml's CPU backend, once as
-// one product and once a column at a time: whole and byColumn, m values a
-// column, column j of plane p at (p*n + j)*m. For the tests of patches 0040
-// and 0042.
-func quantMatMul(typ string, w, x []float32, k, m, n, planes, threads int) (whole, byColumn []float32, err error) {
+// multiplies it by x (planes matrices of n columns of k values) on ggml's
+// CPU backend, once as one product and once in parts of `part` columns:
+// whole and byParts, m values a column, column j of plane p at (p*n + j)*m.
+// A part of one column takes ggml's matrix-vector kernels, llamafile's
+// products need two or more. For the tests of patches 0040, 0042 and 0044.
+func quantMatMul(typ string, w, x []float32, k, m, n, planes, part, threads int) (whole, byParts []float32, err error) {
 	t, ok := mulMatTypes[typ]
 	if !ok {
 		return nil, nil, fmt.Errorf("quantMatMul: type %q", typ)
 	}
-	if k <= 0 || m <= 0 || n <= 0 || planes <= 0 || len(w) != k*m || len(x) != k*n*planes {
-		return nil, nil, fmt.Errorf("quantMatMul: %d weights and %d inputs for k %d, m %d, n %d, planes %d", len(w), len(x), k, m, n, planes)
+	if k <= 0 || m <= 0 || n <= 0 || planes <= 0 || part <= 0 || len(w) != k*m || len(x) != k*n*planes {
+		return nil, nil, fmt.Errorf("quantMatMul: %d weights and %d inputs for k %d, m %d, n %d, planes %d, parts of %d", len(w), len(x), k, m, n, planes, part)
 	}
 	whole = make([]float32, m*n*planes)
-	byColumn = make([]float32, m*n*planes)
+	byParts = make([]float32, m*n*planes)
 	if C.confclip_quant_mat_mul(t, (*C.float)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&x[0])), C.int(k), C.int(m), C.int(n),
-		C.int(planes), C.int(threads), (*C.float)(unsafe.Pointer(&whole[0])), (*C.float)(unsafe.Pointer(&byColumn[0]))) != 0 {
+		C.int(planes), C.int(part), C.int(threads), (*C.float)(unsafe.Pointer(&whole[0])), (*C.float)(unsafe.Pointer(&byParts[0]))) != 0 {
 		return nil, nil, fmt.Errorf("quantMatMul: out of memory")
 	}
-	return whole, byColumn, nil
+	return whole, byParts, nil
+}
+
+// outProdLayouts computes the input gradient of a frozen weight w (m rows
+// of k values) for the output gradient g (n columns of m values) on ggml's
+// CPU backend as the backward pass does, out_prod(w, transpose(g)), three
+// ways: g read in place, g read from a contiguous transposed copy, and a
+// column of the result at a time. Each result is n columns of k values.
+// For the test of patch 0044.
+func outProdLayouts(w, g []float32, k, m, n, threads int) (whole, copied, byRow []float32, err error) {
+	if k <= 0 || m <= 0 || n <= 0 || len(w) != k*m || len(g) != m*n {
+		return nil, nil, nil, fmt.Errorf("outProdLayouts: %d weights and %d gradients for k %d, m %d, n %d", len(w), len(g), k, m, n)
+	}
+	whole, copied, byRow = make([]float32, k*n), make([]float32, k*n), make([]float32, k*n)
+	if C.confclip_out_prod_layouts((*C.float)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&g[0])), C.int(k), C.int(m), C.int(n),
+		C.int(threads), (*C.float)(unsafe.Pointer(&whole[0])), (*C.float)(unsafe.Pointer(&copied[0])), (*C.float)(unsafe.Pointer(&byRow[0]))) != 0 {
+		return nil, nil, nil, fmt.Errorf("outProdLayouts: out of memory")
+	}
+	return whole, copied, byRow, nil
 }

@@ -24,7 +24,7 @@ func TestQuantMatMulColumns(t *testing.T) {
 	w, x := normals(rng, k*m), normals(rng, k*n*planes)
 	for _, typ := range []string{"q5_K", "q6_K", "q4_K", "q8_0"} {
 		for _, threads := range []int{1, 2} {
-			whole, byColumn, err := llama.QuantMatMul(typ, w, x, k, m, n, planes, threads)
+			whole, byColumn, err := llama.QuantMatMul(typ, w, x, k, m, n, planes, 1, threads)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,6 +55,46 @@ func TestQuantMatMulColumns(t *testing.T) {
 	}
 }
 
+// TestLargeF32MatMulColumns: patch 0044 gives llamafile's F32 product
+// wider column panels where W is 4 MiB or more, and sums a tile's
+// accumulators four at a time. A 2048 x 512 product over 200 columns (one
+// panel, against three before) equals the same product 7 columns at a time
+// (parts too narrow for a second panel; one column would take ggml's
+// matrix-vector kernel, which sums in another order) bit for bit, and the
+// float64 product to F32's rounding, at 1 and 2 threads.
+func TestLargeF32MatMulColumns(t *testing.T) {
+	const k, m, n, part = 512, 2048, 200, 7
+	rng := rand.New(rand.NewPCG(46, 47))
+	w, x := normals(rng, k*m), normals(rng, k*n)
+	for _, threads := range []int{1, 2} {
+		whole, byParts, err := llama.QuantMatMul("f32", w, x, k, m, n, 1, part, threads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst := 0.0
+		for c := 0; c < n; c++ {
+			for r := 0; r < m; r++ {
+				got, one := whole[c*m+r], byParts[c*m+r]
+				if math.Float32bits(got) != math.Float32bits(one) {
+					t.Fatalf("%d threads, column %d, row %d: %g in the product, %g %d columns at a time", threads, c, r, got, one, part)
+				}
+				ref, abs := 0.0, 0.0
+				for i := 0; i < k; i++ {
+					p := float64(w[r*k+i]) * float64(x[c*k+i])
+					ref += p
+					abs += math.Abs(p)
+				}
+				e := math.Abs(float64(got)-ref) / (abs * float64(k) * 0x1p-24)
+				worst = max(worst, e)
+				if e > 1 {
+					t.Fatalf("%d threads, column %d, row %d: %g, float64 %g", threads, c, r, got, ref)
+				}
+			}
+		}
+		t.Logf("%d threads: equal %d columns at a time; within %.2g of k F32 roundings of the float64 product", threads, part, worst)
+	}
+}
+
 // TestShortRowMatMul: patch 0042 multiplies F32 rows of 16 values or fewer
 // (a rank-16-or-less LoRA's B) by broadcasting, 8 rows at a time, instead
 // of llamafile's dot products. Every output is the sum of its k products by
@@ -68,7 +108,7 @@ func TestShortRowMatMul(t *testing.T) {
 	for _, k := range []int{1, 4, 5, 8, 16, 17} {
 		w, x := normals(rng, k*m), normals(rng, k*n*planes)
 		for _, threads := range []int{1, 2} {
-			whole, byColumn, err := llama.QuantMatMul("f32", w, x, k, m, n, planes, threads)
+			whole, byColumn, err := llama.QuantMatMul("f32", w, x, k, m, n, planes, 1, threads)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,6 +132,51 @@ func TestShortRowMatMul(t *testing.T) {
 				}
 			}
 			t.Logf("k %d, %d threads: within %.2f of k F32 roundings of the float64 product", k, threads, worst)
+		}
+	}
+}
+
+// TestOutProdLayouts: the input gradient of a frozen weight, out_prod(W,
+// transpose(G)), is the same bit for bit whichever of patch 0044's paths
+// computes it: G's rows copied from the transposed view, G gathered across
+// the rows of a contiguous copy (a LoRA B's gradient), W's panel copied
+// into a buffer (many rows; 2048 values a row put the panel's rows in a few
+// L1 sets) or read in place (one row at a time). And it is the float64
+// product to F32's rounding. 2048 x 130 (three blocks of 64 rows of W, the
+// last partial) and 100 x 67 (columns in vectors and a tail), 70 and 37
+// rows (past one gather block of 64, not a multiple of 4), 1 and 2 threads.
+func TestOutProdLayouts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(44, 45))
+	for _, s := range []struct{ k, m, n int }{{2048, 130, 70}, {100, 67, 37}} {
+		w, g := normals(rng, s.k*s.m), normals(rng, s.m*s.n)
+		for _, threads := range []int{1, 2} {
+			whole, copied, byRow, err := llama.OutProdLayouts(w, g, s.k, s.m, s.n, threads)
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst := 0.0
+			for j := 0; j < s.n; j++ {
+				for i := 0; i < s.k; i++ {
+					got := whole[j*s.k+i]
+					for name, o := range map[string]float32{"from a contiguous copy of G's transpose": copied[j*s.k+i], "a row at a time": byRow[j*s.k+i]} {
+						if math.Float32bits(o) != math.Float32bits(got) {
+							t.Fatalf("%d x %d x %d, %d threads, row %d, value %d: %g, %s %g", s.k, s.m, s.n, threads, j, i, got, name, o)
+						}
+					}
+					ref, abs := 0.0, 0.0
+					for c := 0; c < s.m; c++ {
+						p := float64(w[c*s.k+i]) * float64(g[j*s.m+c])
+						ref += p
+						abs += math.Abs(p)
+					}
+					e := math.Abs(float64(got)-ref) / (abs * float64(s.m) * 0x1p-24)
+					worst = max(worst, e)
+					if e > 1 {
+						t.Fatalf("%d x %d x %d, %d threads, row %d, value %d: %g, float64 %g", s.k, s.m, s.n, threads, j, i, got, ref)
+					}
+				}
+			}
+			t.Logf("%d x %d x %d, %d threads: the three paths agree bit for bit, within %.2f of m F32 roundings of the float64 product", s.k, s.m, s.n, threads, worst)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -146,7 +147,9 @@ func TestCommand(t *testing.T) {
 		{"out of range", "echo 7; exit 1", 0, "failed"},
 		{"fresh dir", `case "$PWD" in */confclip-verify-*) [ -z "$(ls -A)" ];; *) false;; esac`, 1, ""},
 		{"cpu limit", "while :; do :; done", 0, "failed"},
-		{"memory limit", `exec awk 'BEGIN{s="x"; while (1) s = s s}'`, 0, "failed"},
+		// awk fails on its address-space limit, or the tree's memory watch
+		// sees it over 64 MiB first and kills it: either is a verdict of 0
+		{"memory limit", `exec awk 'BEGIN{s="x"; while (1) s = s s}'`, 0, "failed|memory limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := sh(tc.script)
@@ -158,8 +161,8 @@ func TestCommand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Score != tc.score || res.Correct != (tc.score == 1) || !strings.Contains(res.Reason, tc.reasonHas) {
-				t.Errorf("got %+v, want score %v and a reason with %q", res, tc.score, tc.reasonHas)
+			if res.Score != tc.score || res.Correct != (tc.score == 1) || !regexp.MustCompile(tc.reasonHas).MatchString(res.Reason) {
+				t.Errorf("got %+v, want score %v and a reason matching %q", res, tc.score, tc.reasonHas)
 			}
 		})
 	}
