@@ -32,3 +32,6 @@ var QuantMatMul = quantMatMul
 
 // OutProdLayouts is outProdLayouts, for the test of patch 0044.
 var OutProdLayouts = outProdLayouts
+
+// Q8KFirstDifference is q8KFirstDifference, for the test of patch 0046.
+var Q8KFirstDifference = q8KFirstDifference

@@ -98,6 +98,45 @@ static int confclip_out_prod_layouts(const float * w, const float * g, int k, in
 	ggml_free(ctx);
 	return 0;
 }
+
+// ggml-base's reference quantizer (ggml-quants.h is not among the headers
+// the package builds with); the block is 4 + 256 + 32 bytes
+void quantize_row_q8_K_ref(const float * x, void * y, int64_t k);
+
+// confclip_q8K_first_difference quantizes nblocks blocks of 256 values of x
+// to Q8_K with the CPU backend's quantizer (the one its K-quant products
+// use on their input) and with ggml-base's reference, and returns the first
+// block whose scale, values or sums differ (the sums of a block of zeros,
+// whose scale is 0, are not compared: the reference leaves them as they
+// were), or -1; -2 when memory runs out.
+static int confclip_q8K_first_difference(const float * x, int nblocks) {
+	const size_t bs = ggml_type_size(GGML_TYPE_Q8_K);
+	unsigned char * a = (unsigned char *) malloc(bs * nblocks);
+	unsigned char * b = (unsigned char *) malloc(bs * nblocks);
+	if (!a || !b) {
+		free(a);
+		free(b);
+		return -2;
+	}
+	memset(a, 0x55, bs * nblocks);
+	memset(b, 0xaa, bs * nblocks);
+	ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(x, a, (int64_t) nblocks * 256);
+	quantize_row_q8_K_ref(x, b, (int64_t) nblocks * 256);
+	int bad = -1;
+	for (int i = 0; i < nblocks && bad < 0; i++) {
+		const unsigned char * pa = a + i*bs;
+		const unsigned char * pb = b + i*bs;
+		float d;
+		memcpy(&d, pb, sizeof d);
+		const size_t n = d == 0.0f ? 4 + 256 : bs;
+		if (memcmp(pa, pb, n) != 0) {
+			bad = i;
+		}
+	}
+	free(a);
+	free(b);
+	return bad;
+}
 */
 import "C"
 
@@ -151,4 +190,18 @@ func outProdLayouts(w, g []float32, k, m, n, threads int) (whole, copied, byRow 
 		return nil, nil, nil, fmt.Errorf("outProdLayouts: out of memory")
 	}
 	return whole, copied, byRow, nil
+}
+
+// q8KFirstDifference quantizes x (whole blocks of 256 values) to Q8_K with
+// the CPU backend's quantizer and with ggml's reference, and returns the
+// first block where they differ, or -1. For the test of patch 0046.
+func q8KFirstDifference(x []float32) (int, error) {
+	if len(x) == 0 || len(x)%256 != 0 {
+		return 0, fmt.Errorf("q8KFirstDifference: %d values, want whole blocks of 256", len(x))
+	}
+	r := int(C.confclip_q8K_first_difference((*C.float)(unsafe.Pointer(&x[0])), C.int(len(x)/256)))
+	if r == -2 {
+		return 0, fmt.Errorf("q8KFirstDifference: out of memory")
+	}
+	return r, nil
 }

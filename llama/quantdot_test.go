@@ -181,6 +181,62 @@ func TestOutProdLayouts(t *testing.T) {
 	}
 }
 
+// TestQ8KQuantizer: patch 0046 quantizes a K-quant product's input to Q8_K
+// in AVX2 registers; every byte must be the reference quantizer's (what
+// every CPU got before, and what other CPUs still run). Blocks of normal
+// values at scales from 1e-30 to 1e30, blocks whose largest |x| comes twice
+// with both signs (the first one sets the scale's sign), a block of zeros,
+// blocks with a single value, values on rounding's ties.
+func TestQ8KQuantizer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(48, 49))
+	var x []float32
+	block := func(f func(j int) float32) {
+		for j := range 256 {
+			x = append(x, f(j))
+		}
+	}
+	for _, scale := range []float64{1e-30, 1e-3, 1, 7, 1e3, 1e30} {
+		for range 20 {
+			block(func(int) float32 { return float32(rng.NormFloat64() * scale) })
+		}
+	}
+	for _, at := range [][2]int{{3, 200}, {200, 3}, {0, 255}, {255, 0}, {8, 9}, {17, 16}} {
+		block(func(j int) float32 {
+			switch j {
+			case at[0]:
+				return 4
+			case at[1]:
+				return -4
+			}
+			return float32(rng.Float64()*6 - 3)
+		})
+	}
+	block(func(int) float32 { return 0 })
+	for _, at := range []int{0, 77, 255} {
+		block(func(j int) float32 {
+			if j == at {
+				return -2.5
+			}
+			return 0
+		})
+	}
+	// x * (-127 / 127) lands on k + 0.5: ties go to even
+	block(func(j int) float32 {
+		if j == 0 {
+			return 127
+		}
+		return float32(j%64) - 31.5
+	})
+	bad, err := llama.Q8KFirstDifference(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad >= 0 {
+		t.Fatalf("block %d of %d: the CPU backend's Q8_K quantization differs from the reference (%v...)", bad, len(x)/256, x[bad*256:bad*256+8])
+	}
+	t.Logf("%d blocks: byte for byte the reference's", len(x)/256)
+}
+
 // normals are n standard normal values.
 func normals(rng *rand.Rand, n int) []float32 {
 	v := make([]float32, n)
