@@ -78,13 +78,7 @@ func TestLargeF32MatMulColumns(t *testing.T) {
 				if math.Float32bits(got) != math.Float32bits(one) {
 					t.Fatalf("%d threads, column %d, row %d: %g in the product, %g %d columns at a time", threads, c, r, got, one, part)
 				}
-				ref, abs := 0.0, 0.0
-				for i := 0; i < k; i++ {
-					p := float64(w[r*k+i]) * float64(x[c*k+i])
-					ref += p
-					abs += math.Abs(p)
-				}
-				e := math.Abs(float64(got)-ref) / (abs * float64(k) * 0x1p-24)
+				e, ref := roundingsOff(got, k, func(i int) float64 { return float64(w[r*k+i]) * float64(x[c*k+i]) })
 				worst = max(worst, e)
 				if e > 1 {
 					t.Fatalf("%d threads, column %d, row %d: %g, float64 %g", threads, c, r, got, ref)
@@ -115,15 +109,8 @@ func TestShortRowMatMul(t *testing.T) {
 			worst := 0.0
 			for c := 0; c < n*planes; c++ {
 				for r := 0; r < m; r++ {
-					ref, abs := 0.0, 0.0
-					for i := 0; i < k; i++ {
-						p := float64(w[r*k+i]) * float64(x[c*k+i])
-						ref += p
-						abs += math.Abs(p)
-					}
 					for _, got := range []float32{whole[c*m+r], byColumn[c*m+r]} {
-						// k roundings of a sum whose terms add to abs
-						e := math.Abs(float64(got)-ref) / (abs * float64(k) * 0x1p-24)
+						e, ref := roundingsOff(got, k, func(i int) float64 { return float64(w[r*k+i]) * float64(x[c*k+i]) })
 						worst = max(worst, e)
 						if e > 1 {
 							t.Fatalf("k %d, %d threads, column %d, row %d: %g, float64 %g", k, threads, c, r, got, ref)
@@ -163,13 +150,7 @@ func TestOutProdLayouts(t *testing.T) {
 							t.Fatalf("%d x %d x %d, %d threads, row %d, value %d: %g, %s %g", s.k, s.m, s.n, threads, j, i, got, name, o)
 						}
 					}
-					ref, abs := 0.0, 0.0
-					for c := 0; c < s.m; c++ {
-						p := float64(w[c*s.k+i]) * float64(g[j*s.m+c])
-						ref += p
-						abs += math.Abs(p)
-					}
-					e := math.Abs(float64(got)-ref) / (abs * float64(s.m) * 0x1p-24)
+					e, ref := roundingsOff(got, s.m, func(c int) float64 { return float64(w[c*s.k+i]) * float64(g[j*s.m+c]) })
 					worst = max(worst, e)
 					if e > 1 {
 						t.Fatalf("%d x %d x %d, %d threads, row %d, value %d: %g, float64 %g", s.k, s.m, s.n, threads, j, i, got, ref)
@@ -235,6 +216,20 @@ func TestQ8KQuantizer(t *testing.T) {
 		t.Fatalf("block %d of %d: the CPU backend's Q8_K quantization differs from the reference (%v...)", bad, len(x)/256, x[bad*256:bad*256+8])
 	}
 	t.Logf("%d blocks: byte for byte the reference's", len(x)/256)
+}
+
+// roundingsOff sums n products term(i) in float64 and returns how far got
+// is from that sum, in units of n F32 roundings of the sum of their
+// magnitudes (what a float32 sum of n terms may be off by, in any order),
+// and the sum.
+func roundingsOff(got float32, n int, term func(i int) float64) (e, ref float64) {
+	abs := 0.0
+	for i := 0; i < n; i++ {
+		p := term(i)
+		ref += p
+		abs += math.Abs(p)
+	}
+	return math.Abs(float64(got)-ref) / (abs * float64(n) * 0x1p-24), ref
 }
 
 // normals are n standard normal values.

@@ -286,45 +286,22 @@ func TestArchRecurrentRefused(t *testing.T) {
 // streams, one L x L product a sequence (patch 0039), where sequences of
 // different lengths share one n_tokens x n_tokens product and a mask. For
 // every architecture: the loss, the gradient and the log-probs of such a
-// micro-batch equal those of each sequence alone (gradientsAgree), and a pass of 4 x 32 tokens needs a smaller
-// compute buffer than one of 24 + 40 + 24 + 40 (which has no streams): the
-// streams are taken.
+// micro-batch equal those of each sequence alone (gradientsAgree,
+// logProbsAgree), and a pass of 4 x 32 tokens needs a smaller compute
+// buffer than one of 24 + 40 + 24 + 40 (which has no streams): the streams
+// are taken.
 func TestAttentionStreams(t *testing.T) {
 	for _, arch := range modelgen.Archs {
 		t.Run(arch, func(t *testing.T) {
 			m, _ := loadArch(t, arch, false)
 			a := newAdapter(t, m, true)
 			exs := lengthExamples(m, 4, []int{12, 12, 12}, 1)
-			trainer := func(microBatch int) *Trainer {
-				cfg := testConfig()
-				cfg.MicroBatchTokens = microBatch
-				tr, err := NewLoRATrainer(m, a, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { tr.Close() })
-				return tr
-			}
-			one, alone := trainer(256), trainer(1)
+			one, alone := microBatchTrainer(t, m, a, 256), microBatchTrainer(t, m, a, 1)
 			_, worst := gradientsAgree(t, one, alone, exs)
-			lp1, err := one.LogProbs(exs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lp2, err := alone.LogProbs(exs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range lp1 {
-				for k := range lp1[i] {
-					if d := math.Abs(float64(lp1[i][k] - lp2[i][k])); d > 1e-5 {
-						t.Fatalf("sequence %d, token %d: log-prob %g in streams, %g alone", i, k, lp1[i][k], lp2[i][k])
-					}
-				}
-			}
+			logProbsAgree(t, one, alone, exs, 1e-5)
 
 			bytes := func(lengths []int) int64 {
-				tr := trainer(128)
+				tr := microBatchTrainer(t, m, a, 128)
 				st, err := tr.Gradient(context.Background(), lengthExamples(m, 4, lengths, 2))
 				if err != nil {
 					t.Fatal(err)

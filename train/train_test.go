@@ -361,23 +361,48 @@ func TestMicroBatchesAccumulate(t *testing.T) {
 	m := load(t, false)
 	a := newAdapter(t, m, true)
 	exs := examples(t, m)
-	one, err := NewLoRATrainer(m, a, testConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer one.Close()
-	cfg := testConfig()
-	cfg.MicroBatchTokens = 1 // every sequence is longer: each runs alone
-	small, err := NewLoRATrainer(m, a, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer small.Close()
+	one := microBatchTrainer(t, m, a, testConfig().MicroBatchTokens)
+	small := microBatchTrainer(t, m, a, 1) // every sequence is longer: each runs alone
 	st1, _ := gradientsAgree(t, one, small, exs)
 	// The same gradient twice: nothing carries over between calls.
 	st3, _ := one.Gradient(context.Background(), exs)
 	if st3.GradNorm != st1.GradNorm {
 		t.Fatalf("gradient norm %g then %g for the same data", st1.GradNorm, st3.GradNorm)
+	}
+}
+
+// microBatchTrainer is a LoRA trainer with testConfig's settings and the
+// given micro-batch, closed when the test ends.
+func microBatchTrainer(t *testing.T, m *llama.Model, a *llama.Adapter, microBatch int) *Trainer {
+	t.Helper()
+	cfg := testConfig()
+	cfg.MicroBatchTokens = microBatch
+	tr, err := NewLoRATrainer(m, a, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// logProbsAgree computes the log-probs of exs with packed and with alone and
+// holds every completion token's to within bound of the other's.
+func logProbsAgree(t *testing.T, packed, alone *Trainer, exs []Example, bound float64) {
+	t.Helper()
+	lp1, err := packed.LogProbs(exs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp2, err := alone.LogProbs(exs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range lp1 {
+		for k := range lp1[i] {
+			if d := math.Abs(float64(lp1[i][k] - lp2[i][k])); d > bound {
+				t.Fatalf("sequence %d, token %d: log-prob %g packed, %g alone", i, k, lp1[i][k], lp2[i][k])
+			}
+		}
 	}
 }
 
