@@ -16,9 +16,15 @@ import (
 )
 
 // quantTypes are the file types Quantize writes, by name.
+// The IQ types of two bits or fewer (IQ1_*, IQ2_*) and Q2_K_S are left out:
+// llama.cpp's quantizer writes them only with an importance matrix.
 var quantTypes = map[string]C.enum_llama_ftype{
 	"f16": C.LLAMA_FTYPE_MOSTLY_F16, "q8_0": C.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_0": C.LLAMA_FTYPE_MOSTLY_Q4_0,
-	"q4_k_m": C.LLAMA_FTYPE_MOSTLY_Q4_K_M, "q5_k_m": C.LLAMA_FTYPE_MOSTLY_Q5_K_M, "q6_k": C.LLAMA_FTYPE_MOSTLY_Q6_K,
+	"q4_1": C.LLAMA_FTYPE_MOSTLY_Q4_1, "q5_0": C.LLAMA_FTYPE_MOSTLY_Q5_0, "q5_1": C.LLAMA_FTYPE_MOSTLY_Q5_1,
+	"q2_k": C.LLAMA_FTYPE_MOSTLY_Q2_K, "q3_k_m": C.LLAMA_FTYPE_MOSTLY_Q3_K_M, "q4_k_s": C.LLAMA_FTYPE_MOSTLY_Q4_K_S,
+	"q4_k_m": C.LLAMA_FTYPE_MOSTLY_Q4_K_M, "q5_k_s": C.LLAMA_FTYPE_MOSTLY_Q5_K_S, "q5_k_m": C.LLAMA_FTYPE_MOSTLY_Q5_K_M,
+	"q6_k": C.LLAMA_FTYPE_MOSTLY_Q6_K, "iq3_s": C.LLAMA_FTYPE_MOSTLY_IQ3_S, "iq3_m": C.LLAMA_FTYPE_MOSTLY_IQ3_M,
+	"iq4_nl": C.LLAMA_FTYPE_MOSTLY_IQ4_NL, "iq4_xs": C.LLAMA_FTYPE_MOSTLY_IQ4_XS,
 }
 
 // QuantTypes lists the names Quantize accepts.
@@ -33,7 +39,9 @@ func QuantTypes() []string {
 
 // Quantize writes a quantized copy of a model with llama.cpp's quantizer
 // (through a temporary file and a rename). Weight matrices whose rows do not
-// fit the type's block size are kept as they are by llama.cpp.
+// fit the type's block size are kept as they are by llama.cpp. A quantized
+// input is dequantized and quantized again (llama.cpp's --allow-requantize):
+// the copy carries both types' rounding.
 func Quantize(in, out, typ string, threads int) error {
 	ft, ok := quantTypes[strings.ToLower(typ)]
 	if !ok {
@@ -53,6 +61,7 @@ func Quantize(in, out, typ string, threads int) error {
 	p := C.llama_model_quantize_default_params()
 	p.ftype = ft
 	p.nthread = C.int32_t(threads)
+	p.allow_requantize = true
 	cin, cout := C.CString(in), C.CString(tmp.Name())
 	defer C.free(unsafe.Pointer(cin))
 	defer C.free(unsafe.Pointer(cout))
@@ -60,6 +69,9 @@ func Quantize(in, out, typ string, threads int) error {
 	msg := call(func() { rc = C.llama_model_quantize(cin, cout, &p) })
 	if rc != 0 {
 		return fileErr(in, "%s", because(fmt.Sprintf("quantizing to %s failed", typ), msg))
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil { // CreateTemp's 0600 is for the half-written file only
+		return err
 	}
 	return os.Rename(tmp.Name(), out)
 }

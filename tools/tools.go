@@ -125,8 +125,12 @@ type GenModelOptions struct {
 // ModelArchs are the architectures GenModelOptions.Arch takes.
 func ModelArchs() []string { return modelgen.Archs }
 
-// QuantTypes are the types GenModelOptions.Quantize takes.
+// QuantTypes are the types GenModelOptions.Quantize and Quantize take.
 func QuantTypes() []string { return llama.QuantTypes() }
+
+// Quantize writes a copy of the model at in, quantized to typ, to out
+// (llama.cpp's quantizer; threads 0 = every core).
+func Quantize(in, out, typ string, threads int) error { return llama.Quantize(in, out, typ, threads) }
 
 // GenModel writes a small deterministic model with random weights (for
 // tests and benchmarks): a tiny one of any of modelgen.Archs, or the llama

@@ -37,6 +37,34 @@ func init() {
 	})
 	register(func() *cli.Command {
 		return &cli.Command{
+			Name:      "quantize",
+			Usage:     "write a copy of a GGUF model in another quantization type with llama.cpp's quantizer (for a base training cannot take)",
+			ArgsUsage: "--type TYPE IN.gguf OUT.gguf",
+			Description: "A quantized input is dequantized and quantized again, so the copy carries both\n" +
+				"types' rounding: start from an F32, F16 or BF16 file where there is one. Matrices\n" +
+				"whose rows do not fit the type's blocks keep llama.cpp's fallback type.",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "type", Required: true, Usage: "quantization `TYPE`: " + strings.Join(tools.QuantTypes(), ", ")},
+				&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "threads, 0 = every core"},
+			},
+			Action: func(ctx context.Context, c *cli.Command) error {
+				if c.Args().Len() != 2 {
+					return cli.Exit("quantize: give IN.gguf and OUT.gguf", 2)
+				}
+				in, out := c.Args().Get(0), c.Args().Get(1)
+				if in == out {
+					return cli.Exit("quantize: IN and OUT are the same file", 2)
+				}
+				if err := tools.Quantize(in, out, c.String("type"), c.Int("threads")); err != nil {
+					return err
+				}
+				fmt.Fprintln(c.Root().Writer, out)
+				return nil
+			},
+		}
+	})
+	register(func() *cli.Command {
+		return &cli.Command{
 			Name:  "gen-task",
 			Usage: "write the synthetic arithmetic task: train and held-out prompts (math verifier) and a pre-training corpus",
 			Description: "Writes DIR/train.jsonl and DIR/eval.jsonl (prompt records) and DIR/corpus.txt\n" +
