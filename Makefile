@@ -5,6 +5,8 @@
 #   make bench-gpu  GPU against CPU benchmarks (a GPU build: GGML_VULKAN=ON, GGML_CUDA=ON)
 #   make demo       the self-contained demo
 #   make test-slurm the Slurm job array on a one-node Slurm cluster started here
+#   make test-netfaults  run on three workers in network namespaces, under
+#                   delay, loss, a partition, a restart and a cut upload (root)
 #   make test-arm64 cross-build llama.cpp and bin/confclip-arm64 for linux/arm64
 #                   and run a smoke test under QEMU against this machine's build
 # Pass-through options: GGML_VULKAN=ON (glslc, libvulkan-dev; installed from
@@ -77,7 +79,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: all llama test test-race test-stress lint test-go test-slurm test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -189,6 +191,17 @@ lint: $(LIBS) $(GOLANGCI_LINT)
 # one process's (scripts/test-slurm.sh).
 test-slurm: bin/confclip
 	@bash scripts/test-slurm.sh
+
+# The RL loop across a real network (scripts/test-netfaults.sh, as root):
+# three `confclip serve` workers, each in a network namespace of its own
+# joined by a veth pair, and a 4-step `run` from here under each fault in
+# turn (delay, loss, a 30 s partition, a restart with an older adapter, an
+# upload cut halfway); every step and record must be there, workers.json
+# must account for every group and retry, the last adapter must be a local
+# run's, a partitioned worker must be found within 10 s. Prints the table
+# of docs/scale.md. About a minute; the namespaces go whatever happens.
+test-netfaults: bin/confclip
+	@timeout 900 bash scripts/test-netfaults.sh
 
 # Pure-Go benchmarks run for the usual second each; the model benchmarks
 # (llama.cpp against C loops, batching, training against forward) a few

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -161,6 +162,9 @@ type Engine struct {
 	rowW   []float64
 	// progress, set by Serve, sees each sequence after each token it keeps.
 	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64, top [][]dataset.TopLogprob)
+	// cancelled, set by Serve, takes the prompts of the groups dropped
+	// because their request was given up (Request.Done).
+	cancelled func(p *dataset.Prompt)
 }
 
 // NewEngine makes an engine for m. With Options.NCtx set the context is
@@ -310,6 +314,21 @@ type group struct {
 	stops     [][]byte
 	smp       *sampler.Sampler
 	top       int // alternatives recorded per token (0 = none)
+	// gone, for a Serve request, is closed when the request is given up.
+	gone <-chan struct{}
+}
+
+// givenUp reports whether the group's request was given up (Serve).
+func (g *group) givenUp() bool {
+	if g.gone == nil {
+		return false
+	}
+	select {
+	case <-g.gone:
+		return true
+	default:
+		return false
+	}
 }
 
 // sequence is one completion being generated in a slot (a KV sequence id).
@@ -512,6 +531,7 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 		}
 		if feed != nil {
 			waiting = append(waiting, feed(false)...)
+			waiting, prefills = e.dropGivenUp(c, slots, &free, waiting, prefills)
 		}
 		// Admit the next group's remaining samples once there are enough
 		// free slots for all of them (or all slots, when the group is
@@ -617,6 +637,44 @@ func (e *Engine) generate(ctx context.Context, waiting []*group, st *Stats, emit
 		}
 		prefills = kept
 	}
+}
+
+// dropGivenUp frees the slots and cells of the groups whose request was
+// given up (a client that left: Serve's Request.Done), removes them from
+// the waiting groups and the prefills, and hands each to e.cancelled once.
+// A slot so freed takes the next prompt at this very step.
+func (e *Engine) dropGivenUp(c *llama.Context, slots []*sequence, free *[]int, waiting []*group, prefills []*prefill) ([]*group, []*prefill) {
+	var gone []*group
+	note := func(g *group) {
+		if !slices.Contains(gone, g) {
+			gone = append(gone, g)
+		}
+	}
+	for s, q := range slots {
+		if q != nil && q.g.givenUp() {
+			c.SeqRemove(s, -1, -1)
+			slots[s] = nil
+			*free = append(*free, s)
+			note(q.g)
+		}
+	}
+	if gone == nil && !slices.ContainsFunc(waiting, (*group).givenUp) {
+		return waiting, prefills
+	}
+	prefills = slices.DeleteFunc(prefills, func(pf *prefill) bool { return pf.g.givenUp() })
+	waiting = slices.DeleteFunc(waiting, func(g *group) bool {
+		if g.givenUp() {
+			note(g)
+			return true
+		}
+		return false
+	})
+	for _, g := range gone {
+		if e.cancelled != nil {
+			e.cancelled(g.p)
+		}
+	}
+	return waiting, prefills
 }
 
 // draw is one token to sample: sequence slot's, from batch index i.

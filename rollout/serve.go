@@ -19,6 +19,10 @@ import (
 type Request struct {
 	Prompt  dataset.Prompt
 	Options *Options
+	// Done, when set, is closed when the request is given up (its client
+	// left): the group's sequences are freed before the next decode step,
+	// whatever they have generated, and the prompt goes to reject.
+	Done <-chan struct{}
 }
 
 // Serve is Generate for prompts that keep arriving (confclip serve): before
@@ -37,13 +41,17 @@ type Request struct {
 // A stop string may still cut the last bytes (as many as the longest stop
 // string less one); the text is not yet made valid UTF-8 (finish does).
 //
+// A request whose Done is closed goes to reject with the reason "request
+// cancelled" and takes no more slots or decode steps.
+//
 // The engine must have a fixed context (Options.NCtx): a sequence may use
 // NCtx/Parallel tokens, prompt and completion.
 func (e *Engine) Serve(ctx context.Context, next func(wait bool) []Request, emit func([]dataset.Rollout) error,
 	reject func(p *dataset.Prompt, reason string),
 	progress func(p *dataset.Prompt, sample int, raw []byte, offsets []int, logprobs []float64, top [][]dataset.TopLogprob)) (Stats, error) {
 	e.progress = progress
-	defer func() { e.progress = nil }()
+	e.cancelled = func(p *dataset.Prompt) { reject(p, "request cancelled") }
+	defer func() { e.progress, e.cancelled = nil, nil }()
 	start := time.Now()
 	var st Stats
 	if e.o.NCtx == 0 || e.ctx == nil {
@@ -67,6 +75,7 @@ func (e *Engine) Serve(ctx context.Context, next func(wait bool) []Request, emit
 			}
 			kept := gs[:0]
 			for _, g := range gs {
+				g.gone = reqs[g.index].Done
 				if o := reqs[g.index].Options; o != nil {
 					if err := e.setGroupOptions(g, *o); err != nil {
 						reject(g.p, err.Error())

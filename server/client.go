@@ -45,7 +45,10 @@ type Client struct {
 	// others (api.openai.com): no prompt_id, no return_tokens_as_token_ids,
 	// so the records have no token ids.
 	Plain bool
-	HTTP  *http.Client
+	// HTTP makes the requests; nil = one with a connect timeout, TCP
+	// keepalive and TCP_USER_TIMEOUT (net.go). Every request also has a
+	// limit on each phase (Client.send).
+	HTTP *http.Client
 
 	// adapterSHA, when set (by Pool), pins the requests to the adapter of
 	// this sha256 (the Confclip-Adapter-Sha256 header): a confclip serve
@@ -68,7 +71,7 @@ func (c *Client) http() *http.Client {
 	if c.HTTP != nil {
 		return c.HTTP
 	}
-	return http.DefaultClient
+	return netClient
 }
 
 // Resolve asks the server for its first model when ModelName is not set.
@@ -307,13 +310,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any) ([]byte,
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
-	resp, err := c.http().Do(req)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	return b, resp.StatusCode, err
+	return c.send(ctx, req, 0, 256<<20)
 }
 
 // short is the start of a response body, for an error message.

@@ -29,6 +29,12 @@ import (
 //     another worker, and the worker is left out until its /health answers
 //     again. A group the server refuses (4xx) is a bad prompt: listed, not
 //     retried.
+//   - A worker that holds our requests and has not answered /health for
+//     Lost is lost (its host down, a partition that drops packets, a
+//     process stopped): its requests are given up at once and their groups
+//     go to other workers. With /health read every Poll within
+//     HealthTimeout, a lost worker is found within Lost + HealthTimeout +
+//     Poll (7.5 s by default) instead of Timeout.
 //   - SetAdapter uploads the step's adapter to every confclip serve worker
 //     (PUT /v1/adapters/NAME) whose /health reports another; a worker that
 //     reports another adapter afterwards (a failed upload, a switch by
@@ -36,8 +42,14 @@ import (
 //   - Each record names its worker (dataset.Rollout.Worker).
 type Pool struct {
 	Workers []*Client
-	// Timeout bounds one group's request on one worker; 0 = 10 minutes.
+	// Timeout bounds one group's request on one worker (the wait for its
+	// answer, which comes when the group is generated); 0 = 10 minutes.
 	Timeout time.Duration
+	// HealthTimeout bounds one GET /health, connection included; 0 = 2 s.
+	HealthTimeout time.Duration
+	// Lost is how long a worker holding our requests may go without
+	// answering /health before they are given up; 0 = 5 s.
+	Lost time.Duration
 	// Poll is how often every worker's /health is read while a step runs;
 	// 0 = 500 ms.
 	Poll time.Duration
@@ -57,11 +69,14 @@ type Pool struct {
 
 type worker struct {
 	c        *Client
-	uploads  bool   // /health reports adapter_sha256: confclip serve
-	sha      string // the adapter /health reported last
-	others   int    // queued and running requests that are not ours, at the last poll
-	inflight int    // our requests in flight
-	down     error  // the last failure; cleared by a good /health
+	uploads  bool                            // /health reports adapter_sha256: confclip serve
+	sha      string                          // the adapter /health reported last
+	others   int                             // queued and running requests that are not ours, at the last poll
+	inflight int                             // our requests in flight
+	down     error                           // the last failure; cleared by a good /health
+	lastOK   time.Time                       // its last good /health
+	reqs     map[int]context.CancelCauseFunc // our requests in flight, by prompt index
+	lost     bool                            // given up since lastOK
 	groups   int
 	failures int
 	refused  string
@@ -101,6 +116,8 @@ func (p *Pool) init() {
 	}
 }
 
+func (p *Pool) healthTimeout() time.Duration { return cmp.Or(max(p.HealthTimeout, 0), 2*time.Second) }
+
 func (p *Pool) logf(format string, a ...any) {
 	if p.Log != nil {
 		fmt.Fprintf(p.Log, "workers: "+format+"\n", a...)
@@ -114,9 +131,10 @@ type healthOf struct {
 	sha     string
 }
 
-func (c *Client) health(ctx context.Context) (healthOf, error) {
+// health reads GET /health; the answer must come within limit.
+func (c *Client) health(ctx context.Context, limit time.Duration) (healthOf, error) {
 	var h healthOf
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	url := strings.TrimSuffix(c.base(), "/v1") + "/health"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -126,17 +144,12 @@ func (c *Client) health(ctx context.Context) (healthOf, error) {
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
-	resp, err := c.http().Do(req)
+	b, status, err := c.send(ctx, req, limit, 1<<20)
 	if err != nil {
 		return h, err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return h, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return h, fmt.Errorf("%s: status %d: %s", url, resp.StatusCode, short(b))
+	if status != http.StatusOK {
+		return h, fmt.Errorf("%s: status %d: %s", url, status, short(b))
 	}
 	var st map[string]json.RawMessage
 	if json.Unmarshal(b, &st) != nil {
@@ -160,8 +173,10 @@ func (c *Client) health(ctx context.Context) (healthOf, error) {
 	return h, nil
 }
 
-// uploadAdapter sends the adapter file as PUT /v1/adapters/NAME.
-func (c *Client) uploadAdapter(ctx context.Context, path, name, sum string) error {
+// uploadAdapter sends the adapter file as PUT /v1/adapters/NAME; the
+// answer, which comes once the server has switched to it, within
+// firstByte.
+func (c *Client) uploadAdapter(ctx context.Context, path, name, sum string, firstByte time.Duration) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -181,17 +196,12 @@ func (c *Client) uploadAdapter(ctx context.Context, path, name, sum string) erro
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
-	resp, err := c.http().Do(req)
+	b, status, err := c.send(ctx, req, firstByte, 1<<20)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("PUT %s/adapters/%s: status %d: %s", c.base(), name, resp.StatusCode, short(b))
-	}
-	if err != nil {
-		return fmt.Errorf("PUT %s/adapters/%s: reading the answer: %w", c.base(), name, err)
+	if status != http.StatusOK {
+		return fmt.Errorf("PUT %s/adapters/%s: status %d: %s", c.base(), name, status, short(b))
 	}
 	return nil
 }
@@ -211,10 +221,10 @@ func (p *Pool) SetAdapter(ctx context.Context, path, sum string) error {
 	for _, w := range p.state {
 		wg.Go(func() {
 			refused := ""
-			h, err := w.c.health(ctx)
+			h, err := w.c.health(ctx, p.healthTimeout())
 			if err == nil && h.uploads && h.sha != sum {
-				if err = w.c.uploadAdapter(ctx, path, name, sum); err == nil {
-					h, err = w.c.health(ctx)
+				if err = w.c.uploadAdapter(ctx, path, name, sum, p.timeout()); err == nil {
+					h, err = w.c.health(ctx, p.healthTimeout())
 				}
 				if err != nil {
 					refused = "adapter upload: " + err.Error()
@@ -264,6 +274,8 @@ func (p *Pool) SetAdapter(ctx context.Context, path, sum string) error {
 	return fmt.Errorf("no rollout worker can sample with adapter %s: %s", short([]byte(sum)), strings.Join(why, "; "))
 }
 
+func (p *Pool) timeout() time.Duration { return cmp.Or(max(p.Timeout, 0), 10*time.Minute) }
+
 // usable: up, and on the step's adapter if it takes uploads.
 func (p *Pool) usable(w *worker) bool {
 	return w.down == nil && (!w.uploads || w.sha == p.want)
@@ -296,13 +308,14 @@ func (p *Pool) poll(ctx context.Context) {
 	if every <= 0 {
 		every = 500 * time.Millisecond
 	}
+	lost := cmp.Or(max(p.Lost, 0), 5*time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		var wg sync.WaitGroup
 		for _, w := range p.state {
 			wg.Go(func() {
-				h, err := w.c.health(ctx)
+				h, err := w.c.health(ctx, p.healthTimeout())
 				if ctx.Err() != nil {
 					return
 				}
@@ -313,8 +326,17 @@ func (p *Pool) poll(ctx context.Context) {
 						p.logf("%s is down: %v", w.c.base(), err)
 					}
 					w.down = err
+					if silent := time.Since(w.lastOK); silent >= lost && len(w.reqs) > 0 && !w.lost {
+						w.lost = true
+						p.logf("%s lost: no /health answer for %.1f s: its %d requests are given up, their groups go to other workers",
+							w.c.base(), silent.Seconds(), len(w.reqs))
+						for _, giveUp := range w.reqs {
+							giveUp(fmt.Errorf("lost: no /health answer for %.1f s", silent.Seconds()))
+						}
+					}
 					return
 				}
+				w.lastOK, w.lost = time.Now(), false
 				if w.refused != "" && !strings.HasPrefix(w.refused, "down") {
 					w.uploads, w.sha = h.uploads, h.sha
 					return // a failed upload stays refused for the step
@@ -347,6 +369,9 @@ func (p *Pool) Generate(ctx context.Context, cfg pipeline.Config, prompts []data
 	start := time.Now()
 	p.mu.Lock()
 	p.init()
+	for _, w := range p.state {
+		w.lastOK, w.lost = start, false // SetAdapter has just read them
+	}
 	p.mu.Unlock()
 	if len(p.state) == 0 {
 		return rollout.Stats{}, errors.New("no rollout workers")
@@ -360,7 +385,7 @@ func (p *Pool) Generate(ctx context.Context, cfg pipeline.Config, prompts []data
 	defer stopWake()
 
 	r := &poolRun{p: p, ctx: ctx, cancel: cancel, cfg: cfg, prompts: prompts, emit: emit,
-		timeout: cmp.Or(max(p.Timeout, 0), 10*time.Minute), grace: cmp.Or(max(p.Grace, 0), 30*time.Second),
+		timeout: p.timeout(), grace: cmp.Or(max(p.Grace, 0), 30*time.Second),
 		pending: make([]int, len(prompts)), tried: make([]map[*worker]bool, len(prompts)), attempts: make([]int, len(prompts))}
 	for i := range r.pending {
 		r.pending[i] = i
@@ -465,13 +490,22 @@ func (r *poolRun) noWorker() bool {
 // worker marked down) until every worker failed it twice.
 func (r *poolRun) request(w *worker, i int) {
 	p, prompts := r.p, r.prompts
-	rctx, rcancel := context.WithTimeout(r.ctx, r.timeout)
+	rctx, giveUp := context.WithCancelCause(r.ctx)
+	rctx, stop := context.WithTimeoutCause(rctx, r.timeout, fmt.Errorf("no answer in %s", r.timeout))
+	p.mu.Lock()
+	if w.reqs == nil {
+		w.reqs = map[int]context.CancelCauseFunc{}
+	}
+	w.reqs[i] = giveUp // poll gives it up if the worker is lost
+	p.mu.Unlock()
 	g, promptTokens, err := w.c.group(rctx, r.cfg, &prompts[i])
-	timedOut := rctx.Err() != nil && r.ctx.Err() == nil
-	rcancel()
+	cutOff := context.Cause(rctx) // timed out or given up; nil if neither
+	stop()
+	giveUp(nil)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.wake.Broadcast()
+	delete(w.reqs, i)
 	w.inflight--
 	r.inflight--
 	var re requestError
@@ -494,11 +528,11 @@ func (r *poolRun) request(w *worker, i int) {
 		for _, x := range g {
 			r.st.Tokens += max(len(x.Tokens), len(x.Logprobs))
 		}
-	case errors.As(err, &re) && !timedOut:
+	case errors.As(err, &re) && cutOff == nil:
 		r.st.Errors = append(r.st.Errors, rollout.RecordError{Index: i, ID: prompts[i].ID, Reason: err.Error()})
 	default:
-		if timedOut {
-			err = fmt.Errorf("no answer in %s", r.timeout)
+		if cutOff != nil {
+			err = cutOff
 		}
 		w.failures++
 		if w.down == nil {

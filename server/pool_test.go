@@ -1,10 +1,15 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,4 +91,148 @@ func TestPoolTimeoutGoesElsewhere(t *testing.T) {
 			t.Fatalf("%s/%d: %q through the pool, %q alone", r.PromptID, r.Sample, p.Text, r.Text)
 		}
 	}
+}
+
+// partition forwards TCP connections to a server until the first
+// completions request passes: from then on nothing goes through, either
+// way, and no connection is closed, as when a network partition drops the
+// packets: only the client's deadlines can tell.
+type partition struct {
+	ln    net.Listener
+	cut   chan struct{} // closed at the cut
+	at    time.Time     // when; read after cut is closed
+	once  sync.Once
+	conns sync.WaitGroup
+}
+
+func newPartition(t *testing.T, target string) *partition {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partition{ln: ln, cut: make(chan struct{})}
+	var open []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		p.conns.Wait()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			open = append(open, c, s)
+			mu.Unlock()
+			p.conns.Add(2)
+			go func() { defer p.conns.Done(); p.pipe(s, c, true) }()
+			go func() { defer p.conns.Done(); p.pipe(c, s, false) }()
+		}
+	}()
+	return p
+}
+
+// pipe copies src to dst until the cut; requests (fromClient) are read for
+// the completions request that makes the cut, which is not forwarded.
+func (p *partition) pipe(dst, src net.Conn, fromClient bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if fromClient && bytes.Contains(buf[:n], []byte("POST /v1/completions")) {
+			p.once.Do(func() { p.at = time.Now(); close(p.cut) })
+		}
+		select {
+		case <-p.cut:
+			io.Copy(io.Discard, src) // held: nothing forwarded, nothing closed
+			return
+		default:
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestPoolLostWorkerGoesElsewhere: a worker cut off by a partition while
+// it holds a group (its request sent, nothing coming back, no connection
+// closed) is found lost by its silent /health within Lost + HealthTimeout +
+// Poll, far inside the request timeout (left at 10 minutes), and its group
+// goes to the other worker: every group comes back once, from the other
+// worker, with the failures and retries counted.
+func TestPoolLostWorkerGoesElsewhere(t *testing.T) {
+	cfg := testConfig()
+	good, _, _ := startServer(t, cfg, Options{})
+	far, _, _ := startServer(t, cfg, Options{})
+	cut := newPartition(t, strings.TrimPrefix(strings.TrimSuffix(far, "/v1"), "http://"))
+	farURL := "http://" + cut.ln.Addr().String() + "/v1"
+	pool := NewPool([]string{good, farURL}, Client{Concurrency: 2})
+	pool.Poll = 100 * time.Millisecond
+	pool.HealthTimeout = 500 * time.Millisecond
+	pool.Lost = time.Second
+	var log lockedBuffer
+	pool.Log = &log
+	var prompts []dataset.Prompt
+	for i := range 8 {
+		l := fmt.Sprintf("Say %d:", i)
+		prompts = append(prompts, dataset.Prompt{ID: l, Prompt: l})
+	}
+	ctx := context.Background()
+	if err := pool.SetAdapter(ctx, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	st, err := pool.Generate(ctx, cfg, prompts, func(g []dataset.Rollout) error {
+		if got[g[0].PromptID] {
+			t.Errorf("group %s twice", g[0].PromptID)
+		}
+		got[g[0].PromptID] = true
+		for _, r := range g {
+			if r.Worker != good {
+				t.Errorf("group %s from %s, which was cut off before it answered anything", r.PromptID, r.Worker)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	select {
+	case <-cut.cut:
+	default:
+		t.Fatal("no request reached the worker behind the partition")
+	}
+	took := time.Since(cut.at)
+	if len(got) != len(prompts) || st.Groups != len(prompts) {
+		t.Fatalf("%d groups of %d (stats %+v)", len(got), len(prompts), st)
+	}
+	rep := pool.Report()
+	if rep.Workers[1].Failures < 1 || rep.Retries != rep.Workers[1].Failures || rep.Workers[1].Groups != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if !strings.Contains(log.String(), farURL+" lost: no /health answer") {
+		t.Fatalf("the pool's log says nothing of the loss:\n%s", log.String())
+	}
+	bound := pool.Lost + pool.HealthTimeout + pool.Poll + 2*time.Second // the rest: the retried groups
+	if took > bound {
+		t.Fatalf("the step ended %s after the partition, beyond %s", took, bound)
+	}
+	t.Logf("the step ended %s after the partition; pool log:\n%s", took.Round(time.Millisecond), log.String())
 }

@@ -51,6 +51,8 @@ type Options struct {
 	AdapterDir string
 	// BodyTimeout bounds the reading of a request's body, which is read
 	// whole before the request takes a slot; 0 = 10 s. Slower gets 408.
+	// An adapter upload may take longer, but each piece of it must come
+	// within BodyTimeout.
 	BodyTimeout time.Duration
 	// MaxAdapterBytes bounds an adapter uploaded with PUT
 	// /v1/adapters/NAME (upload.go); 0 = 1 GiB. More gets 413.
@@ -102,6 +104,10 @@ type job struct {
 	done   chan jobResult // buffered, 1
 	stream *stream        // a streamed request's text so far, else nil
 }
+
+// errCancelled ends a request whose client left; nobody reads it but the
+// access log (499, nginx's "client closed request").
+var errCancelled = &apiError{Status: 499, Type: "invalid_request_error", Message: "request cancelled"}
 
 type jobResult struct {
 	recs []dataset.Rollout
@@ -352,7 +358,7 @@ func (s *Server) serve() error {
 			if len(s.ctrl) == 0 { // an adapter switch drains the batch first
 				for _, j := range s.queue {
 					if j.ctx.Err() != nil { // the client left before it started
-						s.end(j, jobResult{err: &apiError{Status: 499, Type: "invalid_request_error", Message: "request cancelled"}})
+						s.end(j, jobResult{err: errCancelled})
 						continue
 					}
 					if e := s.adapterConflict(j.ctx); e != nil { // pinned to another adapter (upload.go)
@@ -361,7 +367,9 @@ func (s *Server) serve() error {
 					}
 					s.running[j.token] = j
 					o := j.opts
-					reqs = append(reqs, rollout.Request{Prompt: j.prompt, Options: &o})
+					// A client that leaves (its connection closed, or found
+					// dead by TCP keepalive) frees its slots at once.
+					reqs = append(reqs, rollout.Request{Prompt: j.prompt, Options: &o, Done: j.ctx.Done()})
 				}
 				clear(s.queue)
 				s.queue = s.queue[:0]
@@ -380,6 +388,13 @@ func (s *Server) serve() error {
 		return nil
 	}
 	reject := func(p *dataset.Prompt, reason string) {
+		s.mu.Lock()
+		j := s.running[p.Answer]
+		s.mu.Unlock()
+		if j != nil && j.ctx.Err() != nil { // given up: the client left
+			s.finish(p.Answer, jobResult{err: errCancelled})
+			return
+		}
 		s.finish(p.Answer, jobResult{err: badRequest("", "%s", reason)})
 	}
 	progress := func(p *dataset.Prompt, sample int, raw []byte, offsets []int, lps []float64, tops [][]dataset.TopLogprob) {

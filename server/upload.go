@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/confclip/confclip/internal/atomicfile"
 )
@@ -41,7 +42,10 @@ func (s *Server) adapterFile(name string) (string, *apiError) {
 // the adapter folder (atomically: a cut upload leaves no file) and switches
 // to it, as POST /v1/adapters does: the running batch finishes first. The
 // body is bounded by MaxAdapterBytes (413 beyond); with the
-// Confclip-Adapter-Sha256 header, a body with another hash is refused. The
+// Confclip-Adapter-Sha256 header, a body with another hash is refused. A
+// body that stops arriving (no byte for BodyTimeout: a client gone silent)
+// or is cut off (the connection closed, the server shutting down) is
+// refused the same way: nothing is stored, nothing is loaded. The
 // answer gives the stored file, its size and its sha256, which GET /health
 // then reports.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
@@ -61,16 +65,27 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	want := strings.ToLower(strings.TrimSpace(r.Header.Get(AdapterSHA256Header)))
+	// Each piece of the body must arrive within BodyTimeout, and none is
+	// waited for once shutdown starts.
+	rc := http.NewResponseController(w)
+	body := stalling{r: http.MaxBytesReader(w, r.Body, limit), rc: rc, limit: s.o.BodyTimeout}
+	stop := context.AfterFunc(s.reads, func() { rc.SetReadDeadline(time.Now()) })
+	defer stop()
 	h := sha256.New()
 	var n int64
 	var bodyErr *apiError
 	err := atomicfile.Write(path, func(f io.Writer) error {
 		var err error
-		n, err = io.Copy(io.MultiWriter(f, h), http.MaxBytesReader(w, r.Body, limit))
+		n, err = io.Copy(io.MultiWriter(f, h), body)
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
 			bodyErr = tooLarge
+		case err != nil && s.reads.Err() != nil:
+			bodyErr = &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: "the server is shutting down: nothing stored"}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			bodyErr = &apiError{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
+				Message: fmt.Sprintf("the adapter stopped arriving after %d bytes (nothing for %v): nothing stored", n, s.o.BodyTimeout)}
 		case err != nil:
 			bodyErr = badRequest("", "reading the adapter: %v", err)
 		case n == 0:
@@ -84,9 +99,11 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if bodyErr != nil {
+		w.Header().Set("Connection", "close") // the rest of the body is not waited for
 		writeError(w, bodyErr)
 		return
 	}
+	rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		writeError(w, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: err.Error()})
 		return
@@ -98,6 +115,19 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, map[string]any{"adapter": path, "adapter_sha256": sum, "bytes": n})
+}
+
+// stalling reads a body with a deadline on each piece: a sender that stops
+// sending is cut off after limit, however long the whole body takes.
+type stalling struct {
+	r     io.Reader
+	rc    *http.ResponseController
+	limit time.Duration
+}
+
+func (s stalling) Read(p []byte) (int, error) {
+	s.rc.SetReadDeadline(time.Now().Add(s.limit)) // not supported by every ResponseWriter: then unbounded
+	return s.r.Read(p)
 }
 
 // switchAdapter loads the adapter at path between batches and waits for it.

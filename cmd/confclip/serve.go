@@ -59,7 +59,7 @@ func serveCmd(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(c.String("host"), fmt.Sprint(c.Int("port"))))
+	ln, err := server.Listen(ctx, net.JoinHostPort(c.String("host"), fmt.Sprint(c.Int("port"))))
 	if err != nil {
 		srv.Close()
 		return err
