@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -56,6 +57,8 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 	return userTimeoutListener{ln}, nil
 }
 
+var userTimeoutWarning sync.Once
+
 // userTimeoutListener sets TCP_USER_TIMEOUT on each accepted connection.
 type userTimeoutListener struct{ net.Listener }
 
@@ -66,7 +69,14 @@ func (l userTimeoutListener) Accept() (net.Conn, error) {
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		if raw, err := tc.SyscallConn(); err == nil {
-			setUserTimeout("", "", raw) // best effort: keepalive still bounds it
+			// Where the socket refuses the option, the keepalive above
+			// still bounds a dead peer and the connection itself is
+			// sound: it is served all the same, and the log says so once.
+			if err := setUserTimeout("", "", raw); err != nil {
+				userTimeoutWarning.Do(func() {
+					log.Printf("serve: TCP_USER_TIMEOUT refused (%v); a vanished client is found by keepalive alone", err)
+				})
+			}
 		}
 	}
 	return c, nil

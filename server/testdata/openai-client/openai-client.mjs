@@ -35,7 +35,7 @@ for (const t of content) {
   const top = t.top_logprobs ?? [];
   if (top.length !== 2 || !(top[0].logprob >= top[1].logprob) || !(t.logprob <= top[0].logprob)) fail(`chat top_logprobs: ${JSON.stringify(t)}`);
 }
-out.chat = { content: choice.message.content, logprobs: content.length, top_logprobs: content.map((t) => t.top_logprobs.length), finish: choice.finish_reason };
+out.chat = { content: choice.message.content, prompt_tokens: chat.usage.prompt_tokens, logprobs: content.length, top_logprobs: content.map((t) => t.top_logprobs.length), finish: choice.finish_reason };
 
 const stream = await client.chat.completions.create({
   model, messages, max_tokens: 8, seed: 2, stream: true, stream_options: { include_usage: true },
