@@ -82,13 +82,18 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: real-models all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: real-models peft-venv all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
 # The real-model tests (NOT RUN without these files) use them.
 real-models:
 	@bash scripts/real-models.sh
+
+# The PEFT interop checks (NOT RUN without it): build/peft-venv, Debian's
+# torch under pinned transformers and peft (scripts/peft-venv.sh).
+peft-venv:
+	@bash scripts/peft-venv.sh
 
 cmake:
 	@command -v cmake >/dev/null 2>&1 || { \
@@ -224,11 +229,11 @@ MUTANTS ?= 300
 # The training benchmark runs bin/confclip train for its peak memory.
 bench: $(LIBS) bin/confclip
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -skip 'SpeedTable|AgainstPyTorch' -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -skip 'SpeedTable|RealQuantTable|AgainstPyTorch' -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	@# docs/speed.md's tables, rewritten in place: rollout against the C loop,
 	@# teacher forcing and training by weight type; then PyTorch on the same
 	@# work (NOT RUN without Debian's python3-torch).
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench 'SpeedTable|AgainstPyTorch' -benchtime 1x -timeout 40m ./train -args -speed-md $(CURDIR)/docs/speed.md
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench 'SpeedTable|RealQuantTable|AgainstPyTorch' -benchtime 1x -timeout 40m ./train -args -speed-md $(CURDIR)/docs/speed.md
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -fuzz FuzzPrecheckGGUF -fuzztime $(GGUF_FUZZTIME) -fuzzminimizetime 5s ./llama
 	bin/confclip gen-model --arch qwen2 -o build/mutants-qwen2.gguf

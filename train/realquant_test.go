@@ -1,11 +1,16 @@
 package train
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
@@ -98,4 +103,121 @@ func TestRealQuantTypesTrain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// realQuantTypes are the types BenchmarkRealQuantTable times, Q8_0 first
+// (the row the others are compared with); "q4_1" is the shipped file.
+var realQuantTypes = []string{"q8_0", "f32", "q4_1", "q5_0", "q5_1", "q4_k_m", "q6_k", "iq4_nl", "iq4_xs", "iq3_s"}
+
+// BenchmarkRealQuantTable is docs/speed.md's table of the real model by
+// weight type: SmolLM2-135M-Instruct (`make real-models`; NOT RUN without
+// it) as shipped (Q4_1) and llama.cpp's quantizer's copies of its exact F32
+// dequantization, each loaded as training loads it (NoRepack). For each,
+// forward teacher forcing (Trainer.LogProbs) and a LoRA training step
+// (rank 8 on all seven matrices) over 8 sequences of 16 prompt + 48
+// completion tokens. The types take turns, three rounds, after a warm-up
+// round; each figure is a type's best, and the ratios are to Q8_0's.
+func BenchmarkRealQuantTable(b *testing.B) {
+	src := testutil.RealModel(b, "smollm2-135m-instruct")
+	dir := b.TempDir()
+	f32 := filepath.Join(dir, "f32.gguf")
+	if err := llama.Quantize(src, f32, "f32", 0); err != nil {
+		b.Fatal(err)
+	}
+	threads := runtime.NumCPU()
+	type side struct {
+		tr       *Trainer
+		fwd, stp float64
+	}
+	sides := map[string]*side{}
+	exs := realBenchExamples()
+	for _, typ := range realQuantTypes {
+		path := src
+		switch typ {
+		case "f32":
+			path = f32
+		case "q4_1":
+		default:
+			path = filepath.Join(dir, typ+".gguf")
+			if err := llama.Quantize(f32, path, typ, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+		m, err := llama.LoadModel(path, llama.ModelParams{NoRepack: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+		a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
+		cfg := DefaultConfig()
+		cfg.Threads = threads
+		tr, err := NewLoRATrainer(m, a, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tr.Close()
+		sides[typ] = &side{tr: tr}
+	}
+	tokens := 0
+	for _, e := range exs {
+		tokens += len(e.Completion)
+	}
+	for round := range 4 { // round 0 warms up
+		for _, typ := range realQuantTypes {
+			s := sides[typ]
+			t0 := time.Now()
+			if _, err := s.tr.LogProbs(exs); err != nil {
+				b.Fatal(err)
+			}
+			fwd := float64(tokens) / time.Since(t0).Seconds()
+			t0 = time.Now()
+			if _, err := s.tr.Step(context.Background(), exs); err != nil {
+				b.Fatal(err)
+			}
+			stp := float64(tokens) / time.Since(t0).Seconds()
+			if round > 0 {
+				s.fwd, s.stp = max(s.fwd, fwd), max(s.stp, stp)
+			}
+		}
+	}
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "SmolLM2-135M-Instruct (%d threads, %s; load average at the end %s). Tokens/s, best of three rounds, the types taking turns.\n\n", threads, runtime.GOARCH, testutil.LoadAverage())
+	fmt.Fprintln(&out, "| weights | teacher forcing | / Q8_0 | training step | / Q8_0 | step/forward |")
+	fmt.Fprintln(&out, "|---|---:|---:|---:|---:|---:|")
+	ref := sides["q8_0"]
+	for _, typ := range realQuantTypes {
+		s := sides[typ]
+		name := strings.ToUpper(typ)
+		if typ == "q4_1" {
+			name += " (as shipped)"
+		}
+		fmt.Fprintf(&out, "| %s | %.0f | %.2f | %.1f | %.2f | %.2f |\n", name, s.fwd, s.fwd/ref.fwd, s.stp, s.stp/ref.stp, s.stp/s.fwd)
+		b.ReportMetric(s.stp/ref.stp, typ+"_step/q8_0")
+	}
+	fmt.Printf("\nReal model by weight type:\n\n%s\n", out.String())
+	if *speedMD != "" {
+		if err := rewriteSpeedTable(*speedMD, "real quant table", out.String()); err != nil {
+			b.Fatal(err)
+		}
+		fmt.Printf("wrote the table into %s\n", *speedMD)
+	}
+}
+
+// realBenchExamples are 8 sequences of 16 prompt + 48 completion tokens
+// drawn from SmolLM2's ordinary token ids.
+func realBenchExamples() []Example {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var exs []Example
+	for range 8 {
+		p := make([]llama.Token, 16)
+		c := make([]llama.Token, 48)
+		for j := range p {
+			p[j] = llama.Token(100 + rng.IntN(40000))
+		}
+		for j := range c {
+			c[j] = llama.Token(100 + rng.IntN(40000))
+		}
+		exs = append(exs, Example{Prompt: p, Completion: c, Advantage: rng.Float64() - 0.5})
+	}
+	return exs
 }

@@ -149,20 +149,41 @@ func SayPrompts(t testing.TB, dir, name string, n int) string {
 // it is absent.
 func RealModel(t testing.TB, name string) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	for err == nil {
-		if _, e := os.Stat(filepath.Join(dir, "go.mod")); e == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			err = os.ErrNotExist
-		}
-		dir = parent
-	}
-	path := filepath.Join(dir, "build", "models", name+".gguf")
-	if _, e := os.Stat(path); err != nil || e != nil {
+	path := filepath.Join(repoRoot(t), "build", "models", name+".gguf")
+	if _, err := os.Stat(path); err != nil {
 		t.Skipf("NOT RUN: %s is absent; `make real-models` fetches it", path)
 	}
 	return path
+}
+
+// PEFTPython returns the interpreter of the virtual environment that `make
+// peft-venv` makes (build/peft-venv: torch, transformers and peft, for the
+// PEFT interop checks) and the path of a script under scripts/, or skips
+// the test, saying so, when the environment is absent.
+func PEFTPython(t testing.TB, script string) (python, path string) {
+	t.Helper()
+	root := repoRoot(t)
+	python = filepath.Join(root, "build", "peft-venv", "bin", "python")
+	if _, err := os.Stat(python); err != nil {
+		t.Skipf("NOT RUN: %s is absent; `make peft-venv` makes it", python)
+	}
+	return python, filepath.Join(root, "scripts", script)
+}
+
+// repoRoot is the folder of the module's go.mod, above the test's.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	for err == nil {
+		if _, e := os.Stat(filepath.Join(dir, "go.mod")); e == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	t.Fatalf("no go.mod above the test's folder (%v)", err)
+	return ""
 }
