@@ -172,6 +172,10 @@ func supervise(cmd *exec.Cmd, stderr io.Writer) int {
 		return exitInternal
 	case ws.Signaled() && (ws.Signal() == syscall.SIGINT || ws.Signal() == syscall.SIGTERM || ws.Signal() == syscall.SIGHUP):
 		return 128 + int(ws.Signal())
+	case ws.Signaled() && ws.Signal() == syscall.SIGPIPE:
+		// Its output's reader went away (`confclip run --help | head`):
+		// nothing failed, and a shell tool ends so without a word.
+		return 128 + int(syscall.SIGPIPE)
 	case ws.Signaled():
 		fmt.Fprintf(stderr, "confclip: internal failure: the process was killed by %v (llama.cpp aborts so on a failed assertion; SIGKILL is often the out-of-memory killer)\n", ws.Signal())
 		return exitInternal

@@ -63,12 +63,32 @@ func TestSuperviseStatuses(t *testing.T) {
 		{"kill -SEGV $$", exitInternal, "segmentation"},
 		{"kill -INT $$", 130, ""},
 		{"kill -TERM $$", 143, ""},
+		{"kill -PIPE $$", 141, ""},
 	} {
 		var stderr bytes.Buffer
 		got := supervise(exec.Command("/bin/sh", "-c", tc.script), &stderr)
-		if got != tc.want || !strings.Contains(strings.ToLower(stderr.String()), strings.ToLower(tc.says)) {
+		if got != tc.want || !strings.Contains(strings.ToLower(stderr.String()), strings.ToLower(tc.says)) || (tc.says == "" && stderr.Len() > 0) {
 			t.Errorf("%s: exit %d, want %d; said %q", tc.script, got, tc.want, stderr.String())
 		}
+	}
+}
+
+// TestOutputReaderGone: `confclip run --help | head -1` once printed
+// "internal failure: the process was killed by broken pipe". A reader that
+// went away ends the program quietly with 141, as it does a shell tool.
+func TestOutputReaderGone(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the reader is gone before the first write
+	cmd := program("run", "--help")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	err = cmd.Run()
+	w.Close()
+	if code := cmd.ProcessState.ExitCode(); code != 141 || stderr.Len() > 0 {
+		t.Fatalf("help into a closed pipe: exit %d (%v), said %q; want 141 and nothing", code, err, stderr.String())
 	}
 }
 
