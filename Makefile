@@ -82,7 +82,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: real-models peft-venv all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: real-models peft-venv demo-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -311,6 +311,23 @@ demo: bin/confclip
 	./bin/confclip version
 	rm -rf $(DEMO)/experiment
 	@start=$$(date +%s); ./bin/confclip experiment examples/demo.toml || exit 1; \
+	  echo "RL part (both arms, evaluations included): $$(( $$(date +%s) - start )) s wall"
+
+# The real-model demo: SmolLM2-135M-Instruct (make real-models) in its exact
+# F32 copy, gen-task's small problems as chats asking for "The answer is N.",
+# binary GRPO against ConfClip GRPO from the model as published
+# (examples/demo-real.toml). The RL part is timed.
+DEMO_REAL := build/demo-real
+DEMO_REAL_SYSTEM := Solve the math problem. Show the calculation, then end with: The answer is N.
+demo-real: bin/confclip real-models
+	@mkdir -p $(DEMO_REAL)
+	./bin/confclip gen-task --out-dir $(DEMO_REAL)/data --n 3000 --held-out 100 --max-operand 10 \
+	  --max-word-operand 10 --ops add,sub,word --seed 1 --system "$(DEMO_REAL_SYSTEM)"
+	@[ -f $(DEMO_REAL)/smollm2-135m-instruct-f32.gguf ] || ./bin/confclip quantize --type f32 \
+	  build/models/smollm2-135m-instruct.gguf $(DEMO_REAL)/smollm2-135m-instruct-f32.gguf
+	./bin/confclip version
+	rm -rf $(DEMO_REAL)/experiment
+	@start=$$(date +%s); ./bin/confclip experiment examples/demo-real.toml || exit 1; \
 	  echo "RL part (both arms, evaluations included): $$(( $$(date +%s) - start )) s wall"
 
 clean:

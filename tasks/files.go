@@ -11,8 +11,12 @@ import (
 
 // WritePrompts writes the problems as prompt records (dataset.Prompt, JSON
 // Lines, verifier "math") to path, atomically. Each record's meta holds the
-// op and the shortest and longest solutions' lengths in bytes.
-func WritePrompts(path string, ps []Problem) error {
+// op and the shortest and longest solutions' lengths in bytes. With a
+// system prompt, each record is a chat instead, for an instruct model: that
+// system message and the question as the user's ("Tom has 3 apples and
+// gets 4 more. How many apples?", without the plain prompt's "Q: " and
+// " A:").
+func WritePrompts(path string, ps []Problem, system string) error {
 	w, err := dataset.Create(path)
 	if err != nil {
 		return err
@@ -30,12 +34,22 @@ func WritePrompts(path string, ps []Problem) error {
 				"longest_len":  len(p.Solutions[0]),
 			},
 		}
+		if system != "" {
+			rec.Prompt = ""
+			rec.Messages = []dataset.Message{{Role: "system", Content: system}, {Role: "user", Content: Question(p.Prompt)}}
+		}
 		if err := w.Write(rec); err != nil {
 			w.Abort()
 			return err
 		}
 	}
 	return w.Commit()
+}
+
+// Question is a problem's prompt as a question alone: "Q: 3+4=? A:" gives
+// "3+4=?".
+func Question(prompt string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(prompt, "Q: "), " A:")
 }
 
 // WriteCorpus writes the corpus texts one a line. Texts must not contain a

@@ -275,7 +275,7 @@ func TestCorpus(t *testing.T) {
 func TestWritePrompts(t *testing.T) {
 	ps := Generate(1, 20, Options{})
 	path := filepath.Join(t.TempDir(), "train.jsonl")
-	if err := WritePrompts(path, ps); err != nil {
+	if err := WritePrompts(path, ps, ""); err != nil {
 		t.Fatal(err)
 	}
 	recs, _, _, err := dataset.ReadFile[dataset.Prompt](path, false)
@@ -289,6 +289,31 @@ func TestWritePrompts(t *testing.T) {
 		if r.Schema != dataset.SchemaPrompt || r.ID != ps[i].ID || r.Prompt != ps[i].Prompt || r.Answer != ps[i].Answer || r.Verifier != "math" {
 			t.Errorf("record %d: %+v, want problem %+v", i, r, ps[i])
 		}
+	}
+}
+
+// With a system prompt the records are chats: the system message, then the
+// question alone as the user's.
+func TestWriteChatPrompts(t *testing.T) {
+	ps := Generate(1, 20, Options{Ops: []Op{Add, Word}})
+	path := filepath.Join(t.TempDir(), "train.jsonl")
+	const system = "Solve it. End with: The answer is N."
+	if err := WritePrompts(path, ps, system); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, _, err := dataset.ReadFile[dataset.Prompt](path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range recs {
+		m := r.Messages
+		if r.Prompt != "" || len(m) != 2 || m[0].Role != "system" || m[0].Content != system || m[1].Role != "user" || r.Answer != ps[i].Answer ||
+			strings.HasPrefix(m[1].Content, "Q:") || strings.HasSuffix(m[1].Content, "A:") || !strings.Contains(ps[i].Prompt, m[1].Content) {
+			t.Fatalf("record %d: %+v, from problem %+v", i, r, ps[i])
+		}
+	}
+	if q := Question("Q: 3+4=? A:"); q != "3+4=?" {
+		t.Errorf("Question gave %q", q)
 	}
 }
 

@@ -183,6 +183,9 @@ type GenTaskOptions struct {
 	MaxOperand     int
 	MaxWordOperand int
 	Ops            string // kinds of problem, comma-separated: add, sub, mul, word
+	// System, when set, makes train.jsonl and eval.jsonl chats for an
+	// instruct model: this system message and the question as the user's.
+	System string
 }
 
 // GenTaskResult names the files GenTask wrote.
@@ -220,10 +223,10 @@ func GenTask(o GenTaskOptions) (GenTaskResult, error) {
 		pre, trainPs = trainPs[o.RL:], trainPs[:o.RL]
 	}
 	res.Train, res.Eval, res.Corpus = filepath.Join(o.Dir, "train.jsonl"), filepath.Join(o.Dir, "eval.jsonl"), filepath.Join(o.Dir, "corpus.txt")
-	if err := tasks.WritePrompts(res.Train, trainPs); err != nil {
+	if err := tasks.WritePrompts(res.Train, trainPs, o.System); err != nil {
 		return res, err
 	}
-	if err := tasks.WritePrompts(res.Eval, evalPs); err != nil {
+	if err := tasks.WritePrompts(res.Eval, evalPs, o.System); err != nil {
 		return res, err
 	}
 	// The corpus holds neither the held-out problems (so that the held-out

@@ -79,11 +79,12 @@ func init() {
 				&cli.IntFlag{Name: "max-word-operand", Value: tools.DefaultMaxWordOperand, Usage: "largest number in word problems"},
 				&cli.IntFlag{Name: "rl", Usage: "problems kept out of the corpus for RL: train.jsonl gets these only, corpus.txt the rest (0: train.jsonl is the corpus' problems)"},
 				&cli.StringFlag{Name: "ops", Value: "add,sub,mul,word", Usage: "kinds of problem, comma-separated"},
+				&cli.StringFlag{Name: "system", Usage: "write train.jsonl and eval.jsonl as chats for an instruct model: this system message `TEXT`, then the question as the user's"},
 			},
 			Action: func(ctx context.Context, c *cli.Command) error {
 				res, err := tools.GenTask(tools.GenTaskOptions{
 					Dir: c.String("out-dir"), N: c.Int("n"), HeldOut: c.Int("held-out"), RL: c.Int("rl"), Seed: c.Uint64("seed"),
-					MaxOperand: c.Int("max-operand"), MaxWordOperand: c.Int("max-word-operand"), Ops: c.String("ops"),
+					MaxOperand: c.Int("max-operand"), MaxWordOperand: c.Int("max-word-operand"), Ops: c.String("ops"), System: c.String("system"),
 				})
 				if err != nil {
 					return cli.Exit("gen-task: "+err.Error(), 2)
