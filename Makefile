@@ -12,6 +12,9 @@
 #                   user's cache, check their sha256 and link them into build/models
 #   make test-arm64 cross-build llama.cpp and bin/confclip-arm64 for linux/arm64
 #                   and run a smoke test under QEMU against this machine's build
+#   make llama-bump-check LLAMA_SOURCE=...  what moving to that llama.cpp tree
+#                   breaks (patches, cgo calls, architecture tables), without
+#                   building it: build/bump/report.md (docs/llama-bump.md)
 # LLAMA_SOURCE=... builds against another llama.cpp tree than the pinned one
 # (scripts/llama-source.sh): pypi:NAME==VERSION@sha256:HEX or dir:/path.
 # Pass-through options: GGML_VULKAN=ON (glslc, libvulkan-dev; installed from
@@ -84,7 +87,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: FORCE real-models peft-venv all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check real-models peft-venv all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -127,6 +130,9 @@ third_party/llama.cpp/.stamp: FORCE
 	@LLAMA_SOURCE='$(LLAMA_SOURCE)' bash scripts/llama-source.sh
 
 FORCE:
+
+llama-bump-check:
+	@bash scripts/llama-bump-check.sh '$(LLAMA_SOURCE)'
 
 llama: $(LIBS)
 
