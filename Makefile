@@ -12,6 +12,11 @@
 #                   user's cache, check their sha256 and link them into build/models
 #   make test-arm64 cross-build llama.cpp and bin/confclip-arm64 for linux/arm64
 #                   and run a smoke test under QEMU against this machine's build
+#   make llama-bump-check LLAMA_SOURCE=...  what moving to that llama.cpp tree
+#                   breaks (patches, cgo calls, architecture tables), without
+#                   building it: build/bump/report.md (docs/llama-bump.md)
+# LLAMA_SOURCE=... builds against another llama.cpp tree than the pinned one
+# (scripts/llama-source.sh): pypi:NAME==VERSION@sha256:HEX or dir:/path.
 # Pass-through options: GGML_VULKAN=ON (glslc, libvulkan-dev; installed from
 # Debian's packages when run as root), GGML_CUDA=ON (the CUDA toolkit),
 # GGML_BLAS=ON (libopenblas-dev), PORTABLE=1 (no -march=native: the release
@@ -82,7 +87,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: real-models peft-venv demo-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check real-models peft-venv demo-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -118,8 +123,16 @@ vulkan-deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs >/dev/null) || exit 1; \
 	else echo "the Vulkan build needs$$pkgs: install them (for example: sudo apt-get install$$pkgs)" >&2; exit 1; fi
 
-third_party/llama.cpp/.stamp: scripts/llama-source.sh $(wildcard third_party/patches/*.patch)
-	@bash scripts/llama-source.sh
+# The script runs every time (it only lays the tree down again when its stamp
+# differs: another LLAMA_SOURCE, another patch set), so that changing or
+# dropping LLAMA_SOURCE takes effect; an unchanged stamp rebuilds nothing.
+third_party/llama.cpp/.stamp: FORCE
+	@LLAMA_SOURCE='$(LLAMA_SOURCE)' bash scripts/llama-source.sh
+
+FORCE:
+
+llama-bump-check:
+	@bash scripts/llama-bump-check.sh '$(LLAMA_SOURCE)'
 
 llama: $(LIBS)
 
