@@ -16,15 +16,14 @@ package main
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/confclip/confclip/dataset"
 )
 
 type record struct {
@@ -84,8 +83,8 @@ func main() {
 		c.step(s, filepath.Join(*run, "steps", fmt.Sprintf("%04d", s)))
 	}
 	last := filepath.Join("checkpoints", fmt.Sprintf("step-%04d", *steps), "adapter.gguf")
-	a, errA := fileSHA256(filepath.Join(*run, last))
-	l, errL := fileSHA256(filepath.Join(*local, last))
+	a, errA := dataset.FileSHA256(filepath.Join(*run, last))
+	l, errL := dataset.FileSHA256(filepath.Join(*local, last))
 	equal := "yes"
 	switch {
 	case errA != nil || errL != nil:
@@ -222,17 +221,4 @@ func readRecords(path string) ([]record, error) {
 		out = append(out, r)
 	}
 	return out, sc.Err()
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

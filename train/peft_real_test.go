@@ -144,20 +144,7 @@ func TestRealModelsPEFTReadBack(t *testing.T) {
 func randomLoRA(t *testing.T, m *llama.Model, sigma float64) *llama.Adapter {
 	t.Helper()
 	a := loraAdapter(t, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 11}, false)
-	ps, _, err := AdapterParams(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(5, 6))
-	for _, p := range ps {
-		if strings.HasSuffix(p.Name, ".lora_b") {
-			v := make([]float32, p.Len())
-			for i := range v {
-				v[i] = float32(rng.NormFloat64() * sigma)
-			}
-			p.Set(v)
-		}
-	}
+	randomizeB(t, a, rand.New(rand.NewPCG(5, 6)), sigma)
 	return a
 }
 

@@ -19,24 +19,7 @@ import (
 // the quantization error only. A wrong row or block in the backward product
 // would turn the gradient's direction.
 func TestLoRAGradientQuantizedBase(t *testing.T) {
-	grad := func(m *llama.Model) []float64 {
-		a := newAdapter(t, m, true) // seeded: the same adapter for every base
-		tr, err := NewLoRATrainer(m, a, testConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tr.Close()
-		if _, err := tr.Gradient(context.Background(), examples(t, m)); err != nil {
-			t.Fatal(err)
-		}
-		var g []float64
-		for _, p := range tr.Grads() {
-			for _, v := range p {
-				g = append(g, float64(v))
-			}
-		}
-		return g
-	}
+	grad := func(m *llama.Model) []float64 { return loraGradient(t, m) } // seeded: the same adapter for every base
 	ref := grad(load(t, false))
 	for _, c := range []struct {
 		q      string

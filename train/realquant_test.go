@@ -44,22 +44,7 @@ func TestRealQuantTypesTrain(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		a := newAdapter(t, m, true)
-		tr, err := NewLoRATrainer(m, a, testConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tr.Close()
-		if _, err := tr.Gradient(context.Background(), examples(t, m)); err != nil {
-			t.Fatal(err)
-		}
-		var g []float64
-		for _, p := range tr.Grads() {
-			for _, v := range p {
-				g = append(g, float64(v))
-			}
-		}
-		return g
+		return loraGradient(t, m)
 	}
 	f32 := filepath.Join(dir, "f32.gguf")
 	if err := llama.Quantize(src, f32, "f32", 0); err != nil {

@@ -57,22 +57,50 @@ func loraAdapter(t testing.TB, m *llama.Model, cfg LoRAConfig, randomB bool) *ll
 	}
 	t.Cleanup(func() { a.Close() })
 	if randomB {
-		ps, _, err := AdapterParams(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rng := rand.New(rand.NewPCG(3, 4))
-		for _, p := range ps {
-			if strings.HasSuffix(p.Name, ".lora_b") {
-				v := make([]float32, p.Len())
-				for i := range v {
-					v[i] = float32(rng.NormFloat64() * 0.3)
-				}
-				p.Set(v)
-			}
-		}
+		randomizeB(t, a, rand.New(rand.NewPCG(3, 4)), 0.3)
 	}
 	return a
+}
+
+// randomizeB draws every B of the adapter from N(0, sigma²), so that it
+// changes the model.
+func randomizeB(t testing.TB, a *llama.Adapter, rng *rand.Rand, sigma float64) {
+	t.Helper()
+	ps, _, err := AdapterParams(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if strings.HasSuffix(p.Name, ".lora_b") {
+			v := make([]float32, p.Len())
+			for i := range v {
+				v[i] = float32(rng.NormFloat64() * sigma)
+			}
+			p.Set(v)
+		}
+	}
+}
+
+// loraGradient is the gradient of examples(m) for newAdapter(m, true) (the
+// same seeded adapter on every model of the same shapes), flattened.
+func loraGradient(t testing.TB, m *llama.Model) []float64 {
+	t.Helper()
+	a := newAdapter(t, m, true)
+	tr, err := NewLoRATrainer(m, a, testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if _, err := tr.Gradient(context.Background(), examples(t, m)); err != nil {
+		t.Fatal(err)
+	}
+	var g []float64
+	for _, p := range tr.Grads() {
+		for _, v := range p {
+			g = append(g, float64(v))
+		}
+	}
+	return g
 }
 
 func examples(t testing.TB, m *llama.Model) []Example {
