@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -54,13 +53,7 @@ func TestRealQuantTypesTrain(t *testing.T) {
 	for _, typ := range []string{"q4_1", "q5_0", "q5_1", "q8_0", "q4_k_m", "q6_k", "iq4_nl", "iq4_xs", "iq3_s"} {
 		c := struct{ typ string }{typ}
 		t.Run(c.typ, func(t *testing.T) {
-			path := src
-			if c.typ != "q4_1" { // the shipped file is Q4_1
-				path = filepath.Join(dir, c.typ+".gguf")
-				if err := llama.Quantize(f32, path, c.typ, 0); err != nil {
-					t.Fatal(err)
-				}
-			}
+			path := realQuantCopy(t, src, f32, dir, c.typ)
 			m, err := llama.LoadModel(path, llama.ModelParams{NoRepack: true})
 			if err != nil {
 				t.Fatal(err)
@@ -100,8 +93,9 @@ var realQuantTypes = []string{"q8_0", "f32", "q4_1", "q5_0", "q5_1", "q4_k_m", "
 // dequantization, each loaded as training loads it (NoRepack). For each,
 // forward teacher forcing (Trainer.LogProbs) and a LoRA training step
 // (rank 8 on all seven matrices) over 8 sequences of 16 prompt + 48
-// completion tokens. The types take turns, three rounds, after a warm-up
-// round; each figure is a type's best, and the ratios are to Q8_0's.
+// completion tokens (benchExamples' first 8). The types take turns, three
+// rounds, after a warm-up round; each figure is a type's best, and the
+// ratios are to Q8_0's.
 func BenchmarkRealQuantTable(b *testing.B) {
 	src := testutil.RealModel(b, "smollm2-135m-instruct")
 	dir := b.TempDir()
@@ -115,24 +109,17 @@ func BenchmarkRealQuantTable(b *testing.B) {
 		fwd, stp float64
 	}
 	sides := map[string]*side{}
-	exs := realBenchExamples()
+	var exs []Example
 	for _, typ := range realQuantTypes {
-		path := src
-		switch typ {
-		case "f32":
-			path = f32
-		case "q4_1":
-		default:
-			path = filepath.Join(dir, typ+".gguf")
-			if err := llama.Quantize(f32, path, typ, 0); err != nil {
-				b.Fatal(err)
-			}
-		}
-		m, err := llama.LoadModel(path, llama.ModelParams{NoRepack: true})
+		m, err := llama.LoadModel(realQuantCopy(b, src, f32, dir, typ), llama.ModelParams{NoRepack: true})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer m.Close()
+		if exs == nil {
+			all, _ := benchExamples(m.NVocab())
+			exs = all[:8]
+		}
 		a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
 		cfg := DefaultConfig()
 		cfg.Threads = threads
@@ -188,21 +175,20 @@ func BenchmarkRealQuantTable(b *testing.B) {
 	}
 }
 
-// realBenchExamples are 8 sequences of 16 prompt + 48 completion tokens
-// drawn from SmolLM2's ordinary token ids.
-func realBenchExamples() []Example {
-	rng := rand.New(rand.NewPCG(7, 8))
-	var exs []Example
-	for range 8 {
-		p := make([]llama.Token, 16)
-		c := make([]llama.Token, 48)
-		for j := range p {
-			p[j] = llama.Token(100 + rng.IntN(40000))
-		}
-		for j := range c {
-			c[j] = llama.Token(100 + rng.IntN(40000))
-		}
-		exs = append(exs, Example{Prompt: p, Completion: c, Advantage: rng.Float64() - 0.5})
+// realQuantCopy is the real model src in weight type typ: the shipped file
+// for Q4_1, its exact F32 dequantization f32 for F32, else llama.cpp's
+// quantizer's copy of f32, written into dir.
+func realQuantCopy(tb testing.TB, src, f32, dir, typ string) string {
+	tb.Helper()
+	switch typ {
+	case "q4_1":
+		return src
+	case "f32":
+		return f32
 	}
-	return exs
+	path := filepath.Join(dir, typ+".gguf")
+	if err := llama.Quantize(f32, path, typ, 0); err != nil {
+		tb.Fatal(err)
+	}
+	return path
 }
