@@ -87,7 +87,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: FORCE llama-bump-check real-models peft-venv demo-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check real-models peft-venv demo-real experiment-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -331,17 +331,34 @@ demo: bin/confclip
 # binary GRPO against ConfClip GRPO from the model as published
 # (examples/demo-real.toml). The RL part is timed.
 DEMO_REAL := build/demo-real
-DEMO_REAL_SYSTEM := Solve the math problem. Show the calculation, then end with: The answer is N.
+SMOLLM2_F32 := $(DEMO_REAL)/smollm2-135m-instruct-f32.gguf
+DEMO_REAL_SYSTEM := You are a math tutor. Compute the result and finish with the sentence "The answer is N.", with N the final number.
 demo-real: bin/confclip real-models
 	@mkdir -p $(DEMO_REAL)
-	./bin/confclip gen-task --out-dir $(DEMO_REAL)/data --n 3000 --held-out 100 --max-operand 10 \
-	  --max-word-operand 10 --ops add,sub,word --seed 1 --system "$(DEMO_REAL_SYSTEM)"
-	@[ -f $(DEMO_REAL)/smollm2-135m-instruct-f32.gguf ] || ./bin/confclip quantize --type f32 \
-	  build/models/smollm2-135m-instruct.gguf $(DEMO_REAL)/smollm2-135m-instruct-f32.gguf
+	./bin/confclip gen-task --out-dir $(DEMO_REAL)/data --n 3000 --held-out 500 --max-operand 10 \
+	  --max-word-operand 10 --ops add,sub,word --seed 1 --system '$(DEMO_REAL_SYSTEM)'
+	@[ -f $(SMOLLM2_F32) ] || ./bin/confclip quantize --type f32 build/models/smollm2-135m-instruct.gguf $(SMOLLM2_F32)
 	./bin/confclip version
 	rm -rf $(DEMO_REAL)/experiment
 	@start=$$(date +%s); ./bin/confclip experiment examples/demo-real.toml || exit 1; \
 	  echo "RL part (both arms, evaluations included): $$(( $$(date +%s) - start )) s wall"
+
+# The experiment on both real models, 4 seeds each (docs/experiment.md):
+# SmolLM2-135M-Instruct on the demo's task (examples/experiment-smollm2.toml)
+# and Gemma 3 270M, a base model, on plain "Q: ... A:" prompts
+# (examples/experiment-gemma.toml). About an hour on 2 cores.
+EXP_REAL := build/experiment-real
+experiment-real: bin/confclip real-models
+	@mkdir -p $(DEMO_REAL)
+	@[ -f $(SMOLLM2_F32) ] || ./bin/confclip quantize --type f32 build/models/smollm2-135m-instruct.gguf $(SMOLLM2_F32)
+	rm -rf $(EXP_REAL)
+	./bin/confclip gen-task --out-dir $(EXP_REAL)/smollm2/data --n 3000 --held-out 200 --max-operand 10 \
+	  --max-word-operand 10 --ops add,sub,word --seed 2 --system '$(DEMO_REAL_SYSTEM)'
+	./bin/confclip gen-task --out-dir $(EXP_REAL)/gemma/data --n 3000 --held-out 200 --max-operand 10 \
+	  --max-word-operand 10 --ops add,sub,word --seed 1
+	./bin/confclip version
+	./bin/confclip experiment examples/experiment-smollm2.toml
+	./bin/confclip experiment examples/experiment-gemma.toml
 
 clean:
 	rm -rf bin $(BUILD) $(BUILD).cmake.log $(BUILD).build.log

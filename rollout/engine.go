@@ -461,6 +461,22 @@ func (e *Engine) render(p *dataset.Prompt) (string, bool, error) {
 	return text, true, nil
 }
 
+// checkTemplate refuses chat prompts when neither the options nor the model
+// give a chat template: every prompt would fail alike, so that is the
+// caller's one error, not one bad record per prompt (a base model's GGUF
+// such as Gemma 3 270M's carries none).
+func (e *Engine) checkTemplate(prompts []dataset.Prompt) error {
+	if e.o.ChatTemplate != "" || e.m.ChatTemplate() != "" {
+		return nil
+	}
+	for i := range prompts {
+		if len(prompts[i].Messages) > 0 || e.o.Chat {
+			return fmt.Errorf("prompt %q is a chat, and %s has no chat template: name one with --chat-template or [model] chat_template (a template's text or a built-in name: chatml, llama3, gemma, ...)", prompts[i].ID, e.m.Path())
+		}
+	}
+	return nil
+}
+
 // Generate samples Group completions for each prompt and calls emit with each
 // group, its records in sample order, as soon as the whole group is done
 // (groups finish in an order set by the options and the prompts, not by
@@ -472,6 +488,9 @@ func (e *Engine) Generate(ctx context.Context, prompts []dataset.Prompt, emit fu
 	var st Stats
 	defer func() { st.Elapsed = time.Since(start) }()
 
+	if err := e.checkTemplate(prompts); err != nil {
+		return st, err
+	}
 	all := e.prepare(prompts, &st)
 	// Each sequence gets a budget of perSeq cells; the prompt cells a group
 	// shares only leave more room, so the cache never overflows.

@@ -445,6 +445,30 @@ func TestChatPrompts(t *testing.T) {
 	}
 }
 
+// A chat prompt for a model without a chat template (stories260K has none)
+// is one error before anything is generated, not a bad record per prompt;
+// a named template makes the same prompts work.
+func TestChatWithoutTemplateRefused(t *testing.T) {
+	m := loadStories(t)
+	if m.ChatTemplate() != "" {
+		t.Fatalf("stories260K has a chat template now: %q", m.ChatTemplate())
+	}
+	prompts := []dataset.Prompt{{ID: "plain", Prompt: "Once"}, {ID: "c", Messages: []dataset.Message{{Role: "user", Content: "Hi"}}}}
+	e := newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 2, Sampling: sampler.Params{Temperature: 1}})
+	n := 0
+	_, err := e.Generate(context.Background(), prompts, func([]dataset.Rollout) error { n++; return nil })
+	if err == nil || !strings.Contains(err.Error(), `prompt "c" is a chat`) || !strings.Contains(err.Error(), "stories260K.gguf has no chat template") {
+		t.Fatalf("err %v", err)
+	}
+	if n != 0 {
+		t.Fatalf("%d groups emitted before the refusal", n)
+	}
+	e = newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 2, ChatTemplate: "chatml", Sampling: sampler.Params{Temperature: 1}})
+	if recs, st := generate(t, e, prompts); len(recs) != 2 || len(st.Errors) != 0 {
+		t.Fatalf("with chatml: %d records, errors %+v", len(recs), st.Errors)
+	}
+}
+
 func TestCancel(t *testing.T) {
 	m := loadModel(t, tinyPath)
 	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 16, Parallel: 2, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
