@@ -346,7 +346,7 @@ demo-real: bin/confclip real-models
 # The experiment on both real models, 4 seeds each (docs/experiment.md):
 # SmolLM2-135M-Instruct on the demo's task (examples/experiment-smollm2.toml)
 # and Gemma 3 270M, a base model, on plain "Q: ... A:" prompts
-# (examples/experiment-gemma.toml). About an hour on 2 cores.
+# (examples/experiment-gemma.toml). 57 minutes on 2 cores.
 EXP_REAL := build/experiment-real
 experiment-real: bin/confclip real-models
 	@mkdir -p $(DEMO_REAL)
