@@ -451,7 +451,7 @@ func (e *Engine) render(p *dataset.Prompt) (string, bool, error) {
 			return "", false, fmt.Errorf("message %d is %s", i+1, bad)
 		}
 	}
-	if len(p.Messages) == 0 && !e.o.Chat {
+	if !e.isChat(p) {
 		return p.Prompt, false, nil
 	}
 	text, err := RenderChat(e.m, e.o.ChatTemplate, p.Messages, p.Prompt)
@@ -460,6 +460,10 @@ func (e *Engine) render(p *dataset.Prompt) (string, bool, error) {
 	}
 	return text, true, nil
 }
+
+// isChat says whether p is rendered through a chat template: it has messages,
+// or the options make every prompt a chat.
+func (e *Engine) isChat(p *dataset.Prompt) bool { return len(p.Messages) > 0 || e.o.Chat }
 
 // checkTemplate refuses chat prompts when neither the options nor the model
 // give a chat template: every prompt would fail alike, so that is the
@@ -470,7 +474,7 @@ func (e *Engine) checkTemplate(prompts []dataset.Prompt) error {
 		return nil
 	}
 	for i := range prompts {
-		if len(prompts[i].Messages) > 0 || e.o.Chat {
+		if e.isChat(&prompts[i]) {
 			return fmt.Errorf("prompt %q is a chat, and %s has no chat template: name one with --chat-template or [model] chat_template (a template's text or a built-in name: chatml, llama3, gemma, ...)", prompts[i].ID, e.m.Path())
 		}
 	}
