@@ -12,11 +12,16 @@
 #                   user's cache, check their sha256 and link them into build/models
 #   make test-arm64 cross-build llama.cpp and bin/confclip-arm64 for linux/arm64
 #                   and run a smoke test under QEMU against this machine's build
-#   make llama-bump-check LLAMA_SOURCE=...  what moving to that llama.cpp tree
-#                   breaks (patches, cgo calls, architecture tables), without
-#                   building it: build/bump/report.md (docs/llama-bump.md)
-# LLAMA_SOURCE=... builds against another llama.cpp tree than the pinned one
+#   make llama-bump VERSION=...  what moving to that llama.cpp tree (a
+#                   llama-cpp-python version, or a LLAMA_SOURCE value) breaks:
+#                   every patch hunk, the build, the architecture tests
+#                   (build/bump/summary.md; docs/llama-bump.md)
+#   make llama-bump-check LLAMA_SOURCE=...  the same without building: patches,
+#                   cgo calls, architecture tables (build/bump/report.md)
+# LLAMA_SOURCE=... builds against another llama.cpp tree than the pin
 # (scripts/llama-source.sh): pypi:NAME==VERSION@sha256:HEX or dir:/path.
+# LLAMA_DROP="0044 cpu" leaves patches (numbers) or layers out
+# (third_party/patches/README.md).
 # Pass-through options: GGML_VULKAN=ON (glslc, libvulkan-dev; installed from
 # Debian's packages when run as root), GGML_CUDA=ON (the CUDA toolkit),
 # GGML_BLAS=ON (libopenblas-dev), PORTABLE=1 (no -march=native: the release
@@ -87,7 +92,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: FORCE llama-bump-check real-models peft-venv demo-real experiment-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real experiment-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -127,12 +132,16 @@ vulkan-deps:
 # differs: another LLAMA_SOURCE, another patch set), so that changing or
 # dropping LLAMA_SOURCE takes effect; an unchanged stamp rebuilds nothing.
 third_party/llama.cpp/.stamp: FORCE
-	@LLAMA_SOURCE='$(LLAMA_SOURCE)' bash scripts/llama-source.sh
+	@LLAMA_SOURCE='$(LLAMA_SOURCE)' LLAMA_DROP='$(LLAMA_DROP)' bash scripts/llama-source.sh
 
 FORCE:
 
 llama-bump-check:
 	@bash scripts/llama-bump-check.sh '$(LLAMA_SOURCE)'
+
+llama-bump:
+	@[ -n '$(VERSION)' ] || { echo "usage: make llama-bump VERSION=0.3.37 (a llama-cpp-python version, or a LLAMA_SOURCE value)" >&2; exit 2; }
+	@bash scripts/llama-bump.sh '$(VERSION)'
 
 llama: $(LIBS)
 

@@ -1,5 +1,5 @@
 // Package confclip holds the texts of the project's licence and of the
-// third-party works the binary links (llama.cpp, ggml, ollama's patches),
+// third-party works the binary links (llama.cpp and ggml),
 // embedded so that `confclip version --licenses` carries them with every
 // copy of the binary.
 package confclip

@@ -119,6 +119,12 @@ func summarize(logits [][]float32) decodeRun {
 	return r
 }
 
+// unrecorded are the generated architectures that llama.cpp only has since
+// 0c1e57098, long after the training attention patch: there is no decoding
+// from before the patch to record. Their decoding is checked against the
+// training graph instead (train's TestArchTrainingForwardMatchesDecode).
+var unrecorded = map[string]bool{"gemma4": true, "nanbeige": true, "jais2": true, "maincoder": true}
+
 // TestDecodeUnchanged compares normal decoding of every generated
 // architecture with the logits recorded before the training attention patch:
 // bit for bit on the CPU they were recorded on, within 1e-4 elsewhere.
@@ -170,6 +176,12 @@ func TestDecodeUnchanged(t *testing.T) {
 		t.Logf("recorded on %q, running on %q: comparing sampled logits within the cross-CPU bounds, not bits", want.CPU, got.CPU)
 	}
 	for _, arch := range modelgen.Archs {
+		if unrecorded[arch] {
+			if _, ok := want.Archs[arch]; ok {
+				t.Errorf("%s is recorded in %s: take it out of unrecorded", arch, wantPath)
+			}
+			continue
+		}
 		for name := range decodeConfigs {
 			w, ok := want.Archs[arch][name]
 			if !ok {

@@ -9,6 +9,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"strings"
 	"unsafe"
@@ -671,20 +672,44 @@ func (c *Context) SetAdapter(a *Adapter, scale float32) error {
 	if a.model != c.model {
 		return fmt.Errorf("llama: adapter %s was loaded for %s, the context's model is %s", a.path, a.model.path, c.model.path)
 	}
+	var err error
+	if e := c.with(func(cc *C.struct_llama_context) {
+		lifeMu.Lock()
+		defer lifeMu.Unlock()
+		set := maps.Clone(c.r.adapters)
+		set[a] = scale
+		if err = setAdapters(cc, set); err != nil {
+			err = fmt.Errorf("llama: applying adapter %s: %w", a.path, err)
+			return
+		}
+		c.r.adapters[a] = scale
+		a.r.users[c.r] = struct{}{}
+	}); e != nil {
+		return e
+	}
+	return err
+}
+
+// setAdapters makes set the context's whole adapter list
+// (llama_set_adapters_lora, which replaces the list at once). The caller
+// holds lifeMu, so no adapter of set is freed meanwhile.
+func setAdapters(cc *C.struct_llama_context, set map[*Adapter]float32) error {
+	ptrs := make([]*C.struct_llama_adapter_lora, 0, len(set))
+	scales := make([]C.float, 0, len(set))
+	for a, s := range set {
+		ptrs = append(ptrs, a.r.a)
+		scales = append(scales, C.float(s))
+	}
+	var p **C.struct_llama_adapter_lora
+	var sp *C.float
+	if len(ptrs) > 0 {
+		p, sp = &ptrs[0], &scales[0]
+	}
 	var rc C.int32_t
-	var msg string
-	if err := c.with(func(cc *C.struct_llama_context) {
-		msg = call(func() { rc = C.llama_set_adapter_lora(cc, a.r.a, C.float(scale)) })
-	}); err != nil {
-		return err
-	}
+	msg := call(func() { rc = C.llama_set_adapters_lora(cc, p, C.size_t(len(ptrs)), sp) })
 	if rc != 0 {
-		return fmt.Errorf("llama: %s", because("applying adapter "+a.path+" failed", msg))
+		return errors.New(because("llama_set_adapters_lora failed", msg))
 	}
-	lifeMu.Lock()
-	c.r.adapters[a] = scale
-	a.r.users[c.r] = struct{}{}
-	lifeMu.Unlock()
 	return nil
 }
 
@@ -695,19 +720,31 @@ func (c *Context) RemoveAdapter(a *Adapter) {
 		return
 	}
 	c.do(func(cc *C.struct_llama_context) { // closed: nothing to remove
-		C.llama_rm_adapter_lora(cc, a.r.a)
 		lifeMu.Lock()
+		defer lifeMu.Unlock()
+		if _, ok := c.r.adapters[a]; !ok {
+			return
+		}
+		set := maps.Clone(c.r.adapters)
+		delete(set, a)
+		// llama_set_adapters_lora fails on no list; were it to, the context
+		// would still hold the adapter, and so does c.r.adapters.
+		if setAdapters(cc, set) != nil {
+			return
+		}
 		delete(c.r.adapters, a)
 		delete(a.r.users, c.r)
-		lifeMu.Unlock()
 	})
 }
 
 // ClearAdapters removes every adapter from the context.
 func (c *Context) ClearAdapters() {
 	c.do(func(cc *C.struct_llama_context) { // closed: nothing to clear
-		C.llama_clear_adapter_lora(cc)
 		lifeMu.Lock()
+		if setAdapters(cc, nil) != nil { // as in RemoveAdapter
+			lifeMu.Unlock()
+			return
+		}
 		for a := range c.r.adapters {
 			delete(a.r.users, c.r)
 		}

@@ -347,6 +347,17 @@ func (w *GGUFWriter) SetInt32s(k string, vs []int32) {
 	})
 }
 
+// SetBools sets an array of bool (gemma4's sliding_window_pattern).
+func (w *GGUFWriter) SetBools(k string, vs []bool) {
+	w.set(k, func(ctx *C.struct_gguf_context, ck *C.char) {
+		var p unsafe.Pointer
+		if len(vs) > 0 {
+			p = unsafe.Pointer(&vs[0]) // a Go bool is one byte, as GGUF's
+		}
+		C.gguf_set_arr_data(ctx, ck, C.GGUF_TYPE_BOOL, p, C.size_t(len(vs)))
+	})
+}
+
 // AddTensorF32 adds an F32 tensor. shape is in ggml order (ne0 first: for a
 // weight matrix, ne0 is the input size and ne1 the output size).
 func (w *GGUFWriter) AddTensorF32(name string, shape []int64, data []float32) {

@@ -90,8 +90,15 @@ import (
 // libraries, so that the Go binary is relinked whenever they change.
 var BuildStamp = "dev"
 
-// LlamaCommit is the llama.cpp commit the libraries are built from.
-const LlamaCommit = "ec98e2002"
+// LlamaCommit is the llama.cpp commit this project pins and patches
+// (scripts/llama-source.sh's LLAMA_COMMIT, TestLlamaCommitMatchesPin).
+const LlamaCommit = "0c1e57098"
+
+// LibraryCommit is the llama.cpp commit the linked libraries were built
+// from, as ggml reports it (scripts/llama-source.sh reads it off the tree it
+// lays down). It is LlamaCommit unless the build took another tree
+// (LLAMA_SOURCE); "unknown" for a tree whose commit could not be read.
+func LibraryCommit() string { return C.GoString(C.ggml_commit()) }
 
 var initOnce sync.Once
 

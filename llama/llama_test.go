@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -434,5 +435,37 @@ func TestGGUFReadBack(t *testing.T) {
 	ts := g.Tensors()
 	if len(ts) != len(modelgen.Tensors(modelgen.Tiny(), len(tokens))) || ts[0].Name != "token_embd.weight" || ts[0].Type != "f32" {
 		t.Fatalf("tensors: %d, first %+v", len(ts), ts[0])
+	}
+}
+
+// TestLibraryCommitIsPin: the libraries report the commit of the tree they
+// were built from (scripts/llama-source.sh writes it into version.cmake,
+// CMakeLists.txt compiles it into ggml_commit()), and a build from the pin
+// (third_party/llama.cpp/.stamp starts with the pinned source) reports
+// LlamaCommit. A build from another LLAMA_SOURCE must report something else
+// than the pin unless that tree is the pinned commit.
+func TestLibraryCommitIsPin(t *testing.T) {
+	stamp, err := os.ReadFile(filepath.Join("..", "third_party", "llama.cpp", ".stamp"))
+	if err != nil {
+		t.Fatalf("the laid-down tree has no stamp: %v", err)
+	}
+	script, err := os.ReadFile(filepath.Join("..", "scripts", "llama-source.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^PIN="([^"]+)"$`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/llama-source.sh has no PIN= line")
+	}
+	got := llama.LibraryCommit()
+	if !regexp.MustCompile(`^([0-9a-f]{9}|unknown)`).MatchString(got) {
+		t.Fatalf("LibraryCommit() = %q, want a 9-digit commit or unknown", got)
+	}
+	if strings.HasPrefix(string(stamp), string(m[1])+" ") {
+		if got != llama.LlamaCommit {
+			t.Errorf("built from the pin, but the libraries report llama.cpp %q, LlamaCommit is %q", got, llama.LlamaCommit)
+		}
+	} else {
+		t.Logf("built from another source (%.60s...): the libraries report %s", stamp, got)
 	}
 }

@@ -116,7 +116,10 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 		defer C.free(unsafe.Pointer(devs))
 		mp.devices = devs
 	}
-	mp.use_mmap = C.bool(!p.NoMmap)
+	mp.load_mode = C.LLAMA_LOAD_MODE_MMAP
+	if p.NoMmap {
+		mp.load_mode = C.LLAMA_LOAD_MODE_NONE
+	}
 	mp.vocab_only = C.bool(p.VocabOnly)
 	if p.NoRepack {
 		mp.use_extra_bufts = false

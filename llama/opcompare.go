@@ -182,7 +182,7 @@ static int confclip_opc_run(const char * device, confclip_opc * r) {
 				ggml_backend_tensor_set(in[i], v, 0, ggml_nbytes(in[i]));
 				free(v);
 			}
-			ggml_backend_compare_graph_backend(cb, db, gf, confclip_opc_cb, r, NULL);
+			ggml_backend_compare_graph_backend(cb, db, gf, confclip_opc_cb, r, NULL, 0);
 			ggml_backend_buffer_free(buf);
 		}
 		r->n = k + 1;

@@ -64,6 +64,10 @@ type ggufValue struct {
 	ArrType uint32 // element type of an array
 	N       uint64 // array length
 	Val     any    // scalar: uint64, int64, float64, bool or string
+	// Ints are the elements of an integer or bool array of at most
+	// llamaMaxLayers elements (per-layer hyper-parameters such as gemma4's
+	// sliding_window_pattern); nil for any other array.
+	Ints []int64
 }
 
 func (v ggufValue) typeName() string {
@@ -373,6 +377,15 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 				for j := range h.TokenTypes {
 					h.TokenTypes[j] = int32(binary.LittleEndian.Uint32(b[4*j:]))
 				}
+			} else if isIntElem(v.ArrType) && v.N <= llamaMaxLayers {
+				b, err := r.bytes(v.N*es, what)
+				if err != nil {
+					return nil, err
+				}
+				v.Ints = make([]int64, v.N)
+				for j := range v.Ints {
+					v.Ints[j] = intElem(b[uint64(j)*es:], v.ArrType)
+				}
 			} else if err := r.skip(v.N*es, what); err != nil {
 				return nil, err
 			}
@@ -479,12 +492,40 @@ func precheckGGUF(rd io.Reader, size int64) (*ggufHeader, error) {
 			return nil, fmt.Errorf("truncated: tensor data needs %d bytes, the file has %d", h.DataEnd, size)
 		}
 	}
-	for _, check := range []func(*ggufHeader) error{checkKnownKeys, checkVocab, checkHparams, checkNormTypes} {
+	for _, check := range []func(*ggufHeader) error{checkKnownKeys, checkVocab, checkHparams, checkArchHparams, checkNormTypes} {
 		if err := check(h); err != nil {
 			return nil, err
 		}
 	}
 	return h, nil
+}
+
+// isIntElem says whether an array element type is an integer or bool.
+func isIntElem(t uint32) bool {
+	switch t {
+	case ggufU8, ggufI8, ggufU16, ggufI16, ggufU32, ggufI32, ggufU64, ggufI64, ggufBool:
+		return true
+	}
+	return false
+}
+
+// intElem is the integer or bool element of type t at the start of b.
+func intElem(b []byte, t uint32) int64 {
+	switch t {
+	case ggufU8, ggufBool:
+		return int64(b[0])
+	case ggufI8:
+		return int64(int8(b[0]))
+	case ggufU16:
+		return int64(binary.LittleEndian.Uint16(b))
+	case ggufI16:
+		return int64(int16(binary.LittleEndian.Uint16(b)))
+	case ggufU32:
+		return int64(binary.LittleEndian.Uint32(b))
+	case ggufI32:
+		return int64(int32(binary.LittleEndian.Uint32(b)))
+	}
+	return int64(binary.LittleEndian.Uint64(b))
 }
 
 // clipText shortens a token text for an error message.
@@ -511,6 +552,9 @@ var (
 	strOnly   = []uint32{ggufString}
 	f32Only   = []uint32{ggufF32}
 	boolOnly  = []uint32{ggufBool}
+	// patternElems: llama.cpp reads a layer pattern as int32 from bool,
+	// u32 or i32 elements.
+	patternElems = []uint32{ggufBool, ggufU32, ggufI32}
 )
 
 // generalRules are keys outside the architecture's namespace that
@@ -561,6 +605,22 @@ var archRules = map[string]keyRule{
 	"attention.layer_norm_rms_epsilon": {types: f32Only},
 	"expert_count":                     {types: u32Only},
 	"expert_used_count":                {types: u32Only},
+	"attention.sliding_window":         {types: u32Only},
+	"attention.sliding_window_pattern": {elems: patternElems},
+	"attention.shared_kv_layers":       {types: u32Only},
+	"attention.key_length_swa":         {types: u32Only},
+	"attention.value_length_swa":       {types: u32Only},
+	"rope.dimension_count_swa":         {types: u32Only},
+	"rope.freq_base_swa":               {types: f32Only},
+	"embedding_length_per_layer_input": {types: u32Only},
+	"final_logit_softcapping":          {types: f32Only},
+	"num_loops":                        {types: u32Only},
+	"full_attention_interval":          {types: u32Only},
+	"ssm.conv_kernel":                  {types: u32Only},
+	"ssm.inner_size":                   {types: u32Only},
+	"ssm.state_size":                   {types: u32Only},
+	"ssm.time_step_rank":               {types: u32Only},
+	"ssm.group_count":                  {types: u32Only},
 	"xielu.alpha_n":                    {types: f32Only, elems: f32Only},
 	"xielu.alpha_p":                    {types: f32Only, elems: f32Only},
 	"xielu.beta":                       {types: f32Only, elems: f32Only},

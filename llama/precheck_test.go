@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -411,7 +412,7 @@ func TestPrecheckAcceptsRealFiles(t *testing.T) {
 		t.Fatalf("no GGUF files in %s", dir)
 	}
 	files = append(files, tinyPath)
-	for _, arch := range modelgen.Archs {
+	for _, arch := range append(slices.Clone(modelgen.Archs), modelgen.RecurrentArchs...) {
 		spec, err := modelgen.TinyArch(arch)
 		if err != nil {
 			t.Fatal(err)
@@ -426,6 +427,122 @@ func TestPrecheckAcceptsRealFiles(t *testing.T) {
 		if err := llama.PrecheckGGUF(f); err != nil {
 			t.Errorf("%v", err)
 		}
+	}
+}
+
+// archCases are hyper-parameters of the architectures new in llama.cpp
+// 0c1e57098 on which llama.cpp aborts (GGML_ASSERT, a division by zero)
+// where the pre-check must refuse the file, each applied to the
+// architecture's tiny model (modelgen.TinyArch).
+var archCases = []struct {
+	arch string
+	mutation
+}{
+	// Gemma 4's tiny model: 3 layers, sliding, sliding, global; heads of
+	// 16 on the sliding layers and 32 on the global one.
+	{"gemma4", mutation{"two of three layers share their KV cache", `"gemma4.attention.shared_kv_layers" = 2: of 3 layers, at least 2`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["gemma4.attention.shared_kv_layers"].valueOff, 2)
+		return b
+	}}},
+	{"gemma4", mutation{"shared KV across kinds", "layer 2 would reuse the KV cache of layer 1, which is of the other kind", func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["gemma4.attention.shared_kv_layers"].valueOff, 1)
+		return b
+	}}},
+	{"gemma4", mutation{"sliding RoPE wider than the head", `"gemma4.rope.dimension_count_swa" = 32: must be even, positive and at most`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["gemma4.rope.dimension_count_swa"].valueOff, 32)
+		return b
+	}}},
+	{"gemma4", mutation{"sliding key and value heads differ", `"gemma4.attention.value_length_swa" = 8: llama.cpp's gemma4 graph needs them equal`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["gemma4.attention.value_length_swa"].valueOff, 8)
+		return b
+	}}},
+	{"gemma4", mutation{"layer pattern of the wrong type", `"gemma4.attention.sliding_window_pattern": type array of i8`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["gemma4.attention.sliding_window_pattern"].valueOff, 1) // bool -> i8, the same size
+		return b
+	}}},
+	{"nanbeige", mutation{"zero loops", `"nanbeige.num_loops" = 0`, func(t testing.TB, b []byte) []byte {
+		return insertKV(t, b, "general.name", kvU32("nanbeige.num_loops", 0))
+	}}},
+	{"nanbeige", mutation{"loops past the layer limit", `"nanbeige.num_loops" = 300: 2 layers run 300 times`, func(t testing.TB, b []byte) []byte {
+		return insertKV(t, b, "general.name", kvU32("nanbeige.num_loops", 300))
+	}}},
+	{"jais2", mutation{"partial RoPE", `"jais2.rope.dimension_count" = 8: llama.cpp's jais2 graph needs it equal`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["jais2.rope.dimension_count"].valueOff, 8)
+		return b
+	}}},
+	{"maincoder", mutation{"partial RoPE", `"maincoder.rope.dimension_count" = 8: llama.cpp's maincoder graph needs it equal`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["maincoder.rope.dimension_count"].valueOff, 8)
+		return b
+	}}},
+	{"qwen35", mutation{"attention interval 0", `"qwen35.full_attention_interval" = 0: llama.cpp divides by it`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["qwen35.full_attention_interval"].valueOff, 0)
+		return b
+	}}},
+	{"qwen35", mutation{"value heads not a multiple of key heads", `"qwen35.ssm.time_step_rank" = 3: llama.cpp's qwen35 graph asserts`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["qwen35.ssm.time_step_rank"].valueOff, 3)
+		return b
+	}}},
+	{"qwen35", mutation{"inner size not the value heads'", `"qwen35.ssm.inner_size" = 32: must be`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["qwen35.ssm.inner_size"].valueOff, 32)
+		return b
+	}}},
+	{"qwen35", mutation{"no key groups", `"qwen35.ssm.group_count": missing or 0`, func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs["qwen35.ssm.group_count"].valueOff, 0)
+		return b
+	}}},
+}
+
+// TestPrecheckArchHparams: each archCases file is refused by the pre-check
+// with its reason, and LoadModel returns that error without asking
+// llama.cpp; the unchanged tiny model of each architecture passes.
+func TestPrecheckArchHparams(t *testing.T) {
+	dir := t.TempDir()
+	orig := map[string][]byte{}
+	for _, c := range archCases {
+		if orig[c.arch] != nil {
+			continue
+		}
+		spec, err := modelgen.TinyArch(c.arch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, c.arch+".gguf")
+		if err := modelgen.Write(path, spec); err != nil {
+			t.Fatal(err)
+		}
+		if err := llama.PrecheckGGUF(path); err != nil {
+			t.Fatalf("the valid %s model: %v", c.arch, err)
+		}
+		if orig[c.arch], err = os.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range archCases {
+		t.Run(c.arch+"/"+c.name, func(t *testing.T) {
+			b := c.apply(t, bytes.Clone(orig[c.arch]))
+			path := filepath.Join(dir, c.arch+"-"+strings.ReplaceAll(c.name, " ", "-")+".gguf")
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := llama.PrecheckGGUF(path)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("pre-check: got %v, want an error containing %q", err, c.want)
+			}
+			if _, err := llama.LoadModel(path, llama.ModelParams{}); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("LoadModel: got %v, want the pre-check's error", err)
+			}
+		})
 	}
 }
 
@@ -629,7 +746,7 @@ func TestLoadErrorGivesTheReason(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "missing-tensor.gguf")
 	os.WriteFile(path, b, 0o644)
 	_, err = llama.LoadModel(path, llama.ModelParams{})
-	if err == nil || !strings.Contains(err.Error(), "missing tensor 'output_norm.weight'") {
+	if err == nil || !strings.Contains(err.Error(), "tensor 'output_norm.weight' not found") {
 		t.Fatalf("got %v, want llama.cpp's reason", err)
 	}
 }

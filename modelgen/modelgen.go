@@ -1,8 +1,9 @@
 // Package modelgen writes small, deterministic GGUF models that llama.cpp
 // loads and runs: F32 weights from a seeded RNG, a SentencePiece-style
 // vocabulary and a chat template, in one of several architectures (llama,
-// qwen2, qwen3, gemma2, gemma3, phi3, and mistral-style GQA) with each
-// family's real metadata keys and tensor names. The tests use the tiny ones,
+// qwen2, qwen3, gemma2, gemma3, gemma4, phi3, nanbeige, jais2, maincoder,
+// and mistral-style GQA; qwen35 too, which confclip does not train) with
+// each family's real metadata keys and tensor names. The tests use the tiny ones,
 // so that they need nothing outside the repository; the benchmarks use a
 // larger llama of about 100M parameters.
 package modelgen
@@ -32,9 +33,12 @@ type Spec struct {
 	FF      int // feed-forward size
 	Ctx     int // training context
 	// SlidingWindow is the window of the sliding-window attention layers
-	// (gemma2, gemma3); 0 = the architecture's default.
+	// (gemma2, gemma3, gemma4); 0 = the architecture's default.
 	SlidingWindow int
-	Seed          uint64
+	// PerLayerEmbd is the size of gemma4's per-layer input embeddings (the
+	// E2B and E4B models have 256; the 31B model none); 0 = none.
+	PerLayerEmbd int
+	Seed         uint64
 	// Pieces are the normal vocabulary entries (without the "▁" word-start
 	// marker, which Write adds as a second entry for each).
 	Pieces []string
@@ -118,17 +122,30 @@ func Vocab(s Spec) (tokens []string, scores []float32, types []int32) {
 	return tokens, scores, types
 }
 
-// Archs are the architectures Write generates. "mistral" is Mistral's
-// layout, which GGUF files store as the llama architecture: a llama with
-// 4:1 grouped-query attention and a 1e6 RoPE base.
-var Archs = []string{"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}
+// Archs are the architectures Write generates that confclip trains.
+// "mistral" is Mistral's layout, which GGUF files store as the llama
+// architecture: a llama with 4:1 grouped-query attention and a 1e6 RoPE
+// base.
+var Archs = []string{"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma4", "phi3", "nanbeige", "jais2", "maincoder"}
+
+// RecurrentArchs are the architectures Write generates that confclip
+// cannot train: some of their layers keep a recurrent state (qwen35's
+// gated delta-net layers), which has no backward pass in ggml, so training
+// refuses them. They load and decode (rollouts, log-probs).
+var RecurrentArchs = []string{"qwen35"}
 
 // TinyArch is the tests' tiny model in the given architecture. Each one
 // carries what is particular to its family: qwen2 biases on Q, K and V; qwen3
 // RMS norms on Q and K; gemma2 soft-capping of the attention and final
 // logits, a sliding window on every other layer, post-norms and GELU gating;
 // gemma3 Q/K norms and a sliding window on five layers out of six (so it has
-// six layers, one global); phi3 fused QKV and gate-up weights.
+// six layers, one global); gemma4 a sliding window on two layers out of
+// three, global layers with heads twice as wide (as Gemma 4's 512 against
+// 256), an RMS norm on V and per-layer input embeddings; phi3 fused QKV and
+// gate-up weights; nanbeige a llama with its own metadata; jais2 layer
+// norms with biases, biases on every projection and a squared-ReLU MLP
+// without a gate; maincoder Q/K norms; qwen35 a gated delta-net layer and a
+// gated attention layer.
 func TinyArch(arch string) (Spec, error) {
 	s := Tiny()
 	s.Arch = arch
@@ -136,7 +153,7 @@ func TinyArch(arch string) (Spec, error) {
 		s.Name = "confclip-tiny-" + arch
 	}
 	switch arch {
-	case "llama", "qwen2", "qwen3", "phi3":
+	case "llama", "qwen2", "qwen3", "phi3", "nanbeige", "jais2", "maincoder", "qwen35":
 	case "mistral":
 		s.HeadsKV = 1
 	case "gemma2":
@@ -144,8 +161,16 @@ func TinyArch(arch string) (Spec, error) {
 	case "gemma3":
 		s.Layers = 6
 		s.SlidingWindow = 4
+	case "gemma4":
+		s.Layers = 3
+		s.SlidingWindow = 4
+		// 32, not fewer: the per-layer block RMS-normalises a projection
+		// of gelu(gate) * input, PerLayerEmbd wide; at 8 some token's
+		// vector comes near zero, and the loss curves so sharply there
+		// that the gradient checks' finite differences miss by 2-14%.
+		s.PerLayerEmbd = 32
 	default:
-		return Spec{}, fmt.Errorf("modelgen: unknown architecture %q (want one of %v)", arch, Archs)
+		return Spec{}, fmt.Errorf("modelgen: unknown architecture %q (want one of %v, or %v)", arch, Archs, RecurrentArchs)
 	}
 	return s, nil
 }
@@ -165,49 +190,146 @@ type Tensor struct {
 	Shape []int64
 }
 
+// gemma4Global says whether layer l of a gemma4 spec is a global
+// (full-attention) layer: every third, the last among them, as Gemma 4's
+// one in six ends the model.
+func gemma4Global(l int) bool { return (l+1)%3 == 0 }
+
+// globalHeadDim is the key and value head size of the full-attention
+// layers: gemma4's are twice as wide as its sliding-window ones.
+func (s Spec) globalHeadDim() int {
+	if s.Arch == "gemma4" {
+		return 2 * s.Embd / s.Heads
+	}
+	return s.Embd / s.Heads
+}
+
+// headDim is the key and value head size of layer l.
+func (s Spec) headDim(l int) int {
+	if s.Arch == "gemma4" && gemma4Global(l) {
+		return s.globalHeadDim()
+	}
+	return s.Embd / s.Heads
+}
+
+// qwen35's gated delta-net layers (ssm.*): key heads (group_count) of
+// qwen35State values each, twice as many value heads (time_step_rank), and a
+// causal convolution of qwen35Conv taps; every qwen35Interval-th layer is
+// an attention layer.
+const (
+	qwen35State    = 16
+	qwen35KHeads   = 2
+	qwen35VHeads   = 4
+	qwen35Conv     = 4
+	qwen35Interval = 2
+)
+
 // Tensors lists the tensors of a spec's architecture, in file order, with
-// llama.cpp's names (src/llama-arch.cpp) and shapes (src/llama-model.cpp).
+// llama.cpp's names (src/llama-arch.cpp) and shapes (src/models/*.cpp).
 func Tensors(s Spec, nVocab int) []Tensor {
-	e, kv, ff, v := int64(s.Embd), int64(s.Embd/s.Heads*s.HeadsKV), int64(s.FF), int64(nVocab)
-	hd := int64(s.Embd / s.Heads)
+	e, ff, v := int64(s.Embd), int64(s.FF), int64(nVocab)
 	ts := []Tensor{{"token_embd.weight", []int64{e, v}}}
+	if s.Arch == "gemma4" && s.PerLayerEmbd > 0 {
+		p := int64(s.PerLayerEmbd)
+		ts = append(ts, Tensor{"per_layer_token_embd.weight", []int64{p * int64(s.Layers), v}},
+			Tensor{"per_layer_model_proj.weight", []int64{e, p * int64(s.Layers)}},
+			Tensor{"per_layer_proj_norm.weight", []int64{p}})
+	}
+	if s.Arch == "gemma4" {
+		// Proportional RoPE factors of the global layers, one tensor for all.
+		ts = append(ts, Tensor{"rope_freqs.weight", []int64{int64(s.globalHeadDim()) / 2}})
+	}
 	for l := 0; l < s.Layers; l++ {
 		b := fmt.Sprintf("blk.%d.", l)
 		add := func(name string, shape ...int64) { ts = append(ts, Tensor{b + name, shape}) }
+		hd := int64(s.headDim(l))
+		q, kv := hd*int64(s.Heads), hd*int64(s.HeadsKV)
 		add("attn_norm.weight", e)
-		if s.Arch == "phi3" {
-			add("attn_qkv.weight", e, e+2*kv)
-		} else {
-			add("attn_q.weight", e, e)
+		if s.Arch == "jais2" {
+			add("attn_norm.bias", e)
+		}
+		switch {
+		case s.Arch == "qwen35" && (l+1)%qwen35Interval != 0: // gated delta net
+			key, val := int64(qwen35State*qwen35KHeads), int64(qwen35State*qwen35VHeads)
+			add("post_attention_norm.weight", e)
+			add("attn_qkv.weight", e, 2*key+val)
+			add("attn_gate.weight", e, val)
+			add("ssm_conv1d.weight", qwen35Conv, 2*key+val)
+			add("ssm_dt.bias", qwen35VHeads)
+			add("ssm_a", qwen35VHeads)
+			add("ssm_beta.weight", e, qwen35VHeads)
+			add("ssm_alpha.weight", e, qwen35VHeads)
+			add("ssm_norm.weight", qwen35State)
+			add("ssm_out.weight", val, e)
+		case s.Arch == "qwen35": // attention with an output gate in Q
+			add("post_attention_norm.weight", e)
+			add("attn_q.weight", e, 2*q)
+			add("attn_k.weight", e, kv)
+			add("attn_v.weight", e, kv)
+			add("attn_output.weight", q, e)
+			add("attn_q_norm.weight", hd)
+			add("attn_k_norm.weight", hd)
+		case s.Arch == "phi3":
+			add("attn_qkv.weight", e, q+2*kv)
+		default:
+			add("attn_q.weight", e, q)
 			add("attn_k.weight", e, kv)
 			add("attn_v.weight", e, kv)
 		}
 		switch s.Arch {
-		case "qwen2":
-			add("attn_q.bias", e)
+		case "qwen2", "jais2":
+			add("attn_q.bias", q)
 			add("attn_k.bias", kv)
 			add("attn_v.bias", kv)
-		case "qwen3", "gemma3":
+		case "qwen3", "gemma3", "gemma4", "maincoder":
 			add("attn_q_norm.weight", hd)
 			add("attn_k_norm.weight", hd)
 		}
-		add("attn_output.weight", e, e)
-		if s.Arch == "gemma2" || s.Arch == "gemma3" {
+		if s.Arch != "qwen35" {
+			add("attn_output.weight", q, e)
+		}
+		if s.Arch == "jais2" {
+			add("attn_output.bias", e)
+		}
+		if s.Arch == "gemma2" || s.Arch == "gemma3" || s.Arch == "gemma4" {
 			add("post_attention_norm.weight", e)
 		}
-		add("ffn_norm.weight", e)
-		if s.Arch == "phi3" {
+		if s.Arch == "gemma4" {
+			add("layer_output_scale.weight", 1)
+		}
+		if s.Arch != "qwen35" {
+			add("ffn_norm.weight", e)
+		}
+		if s.Arch == "jais2" {
+			add("ffn_norm.bias", e)
+		}
+		switch s.Arch {
+		case "phi3":
 			add("ffn_up.weight", e, 2*ff) // gate and up, fused
-		} else {
+		case "jais2": // no gate
+			add("ffn_up.weight", e, ff)
+			add("ffn_up.bias", ff)
+		default:
 			add("ffn_gate.weight", e, ff)
 			add("ffn_up.weight", e, ff)
 		}
 		add("ffn_down.weight", ff, e)
-		if s.Arch == "gemma2" || s.Arch == "gemma3" {
+		if s.Arch == "jais2" {
+			add("ffn_down.bias", e)
+		}
+		if s.Arch == "gemma2" || s.Arch == "gemma3" || s.Arch == "gemma4" {
 			add("post_ffw_norm.weight", e)
+		}
+		if s.Arch == "gemma4" && s.PerLayerEmbd > 0 {
+			add("inp_gate.weight", e, int64(s.PerLayerEmbd))
+			add("proj.weight", int64(s.PerLayerEmbd), e)
+			add("post_norm.weight", e)
 		}
 	}
 	ts = append(ts, Tensor{"output_norm.weight", []int64{e}})
+	if s.Arch == "jais2" {
+		ts = append(ts, Tensor{"output_norm.bias", []int64{e}})
+	}
 	if s.Arch == "gemma2" { // gemma2 ties the output to the embedding
 		return ts
 	}
@@ -219,8 +341,8 @@ func Write(path string, s Spec) error {
 	if s.Arch == "" {
 		s.Arch = "llama"
 	}
-	if !slices.Contains(Archs, s.Arch) {
-		return fmt.Errorf("modelgen: unknown architecture %q (want one of %v)", s.Arch, Archs)
+	if !slices.Contains(Archs, s.Arch) && !slices.Contains(RecurrentArchs, s.Arch) {
+		return fmt.Errorf("modelgen: unknown architecture %q (want one of %v, or %v)", s.Arch, Archs, RecurrentArchs)
 	}
 	if s.Embd%s.Heads != 0 || s.Heads%s.HeadsKV != 0 {
 		return fmt.Errorf("modelgen: embedding %d, heads %d, kv heads %d do not divide", s.Embd, s.Heads, s.HeadsKV)
@@ -238,12 +360,16 @@ func Write(path string, s Spec) error {
 	w.SetUint32(a+".feed_forward_length", uint32(s.FF))
 	w.SetUint32(a+".attention.head_count", uint32(s.Heads))
 	w.SetUint32(a+".attention.head_count_kv", uint32(s.HeadsKV))
-	w.SetUint32(a+".rope.dimension_count", uint32(s.Embd/s.Heads))
-	w.SetFloat32(a+".attention.layer_norm_rms_epsilon", 1e-5)
+	w.SetUint32(a+".rope.dimension_count", uint32(s.globalHeadDim()))
+	if s.Arch == "jais2" { // layer norms, not RMS norms
+		w.SetFloat32(a+".attention.layer_norm_epsilon", 1e-5)
+	} else {
+		w.SetFloat32(a+".attention.layer_norm_rms_epsilon", 1e-5)
+	}
 	switch s.Arch {
-	case "llama":
+	case "llama", "nanbeige", "jais2", "maincoder":
 		w.SetFloat32(a+".rope.freq_base", 10000)
-	case "mistral", "qwen2", "qwen3", "gemma3":
+	case "mistral", "qwen2", "qwen3", "gemma3", "gemma4", "qwen35":
 		w.SetFloat32(a+".rope.freq_base", 1e6)
 	case "phi3":
 		w.SetFloat32(a+".rope.freq_base", 10000)
@@ -262,6 +388,40 @@ func Write(path string, s Spec) error {
 		w.SetUint32(a+".attention.key_length", uint32(s.Embd/s.Heads))
 		w.SetUint32(a+".attention.value_length", uint32(s.Embd/s.Heads))
 		w.SetUint32(a+".attention.sliding_window", uint32(s.SlidingWindow))
+	case "gemma4":
+		// The global layers' head size is the plain key; the sliding
+		// layers' has its own keys, and their RoPE its own base.
+		w.SetUint32(a+".attention.key_length", uint32(s.globalHeadDim()))
+		w.SetUint32(a+".attention.value_length", uint32(s.globalHeadDim()))
+		w.SetUint32(a+".attention.key_length_swa", uint32(s.headDim(0)))
+		w.SetUint32(a+".attention.value_length_swa", uint32(s.headDim(0)))
+		w.SetUint32(a+".rope.dimension_count_swa", uint32(s.headDim(0)))
+		w.SetFloat32(a+".rope.freq_base_swa", 10000)
+		w.SetUint32(a+".attention.sliding_window", uint32(s.SlidingWindow))
+		pattern := make([]bool, s.Layers)
+		for l := range pattern {
+			pattern[l] = !gemma4Global(l)
+		}
+		w.SetBools(a+".attention.sliding_window_pattern", pattern)
+		w.SetUint32(a+".embedding_length_per_layer_input", uint32(s.PerLayerEmbd))
+		// No layer reuses another's KV cache (Gemma 4 E2B and E4B share
+		// theirs in the last layers): a training graph has no cache to
+		// share, and llama.cpp refuses to train such a model.
+		w.SetUint32(a+".attention.shared_kv_layers", 0)
+		w.SetFloat32(a+".final_logit_softcapping", 30)
+	case "qwen35":
+		w.SetUint32(a+".attention.key_length", uint32(s.Embd/s.Heads))
+		w.SetUint32(a+".attention.value_length", uint32(s.Embd/s.Heads))
+		// Interleaved M-RoPE over the text's positions: the sections of
+		// the rotated pairs (Qwen 3.5's 11, 11, 10 of 32, scaled down).
+		hd := int32(s.Embd / s.Heads)
+		w.SetInt32s(a+".rope.dimension_sections", []int32{hd * 3 / 16, hd * 3 / 16, hd/2 - 2*(hd*3/16), 0})
+		w.SetUint32(a+".ssm.conv_kernel", qwen35Conv)
+		w.SetUint32(a+".ssm.state_size", qwen35State)
+		w.SetUint32(a+".ssm.group_count", qwen35KHeads)
+		w.SetUint32(a+".ssm.time_step_rank", qwen35VHeads)
+		w.SetUint32(a+".ssm.inner_size", qwen35State*qwen35VHeads)
+		w.SetUint32(a+".full_attention_interval", qwen35Interval)
 	}
 	w.SetUint32(a+".vocab_size", uint32(len(tokens)))
 	w.SetString("tokenizer.ggml.model", "llama")
@@ -288,13 +448,26 @@ func Write(path string, s Spec) error {
 		if data == nil {
 			data = make([]float32, n)
 			switch {
+			case strings.HasSuffix(t.Name, ".ssm_a"): // A = -exp(A_log) < 0: the state decays
+				for i := range data {
+					data[i] = -1
+				}
 			case strings.HasSuffix(t.Name, ".bias"): // small, so that they matter but do not dominate
 				for i := range data {
 					data[i] = float32(rng.NormFloat64() * 0.1)
 				}
 			case len(t.Shape) == 1: // norms start at one
+				v := float32(1)
+				if s.Arch == "gemma4" && strings.HasSuffix(t.Name, ".attn_q_norm.weight") {
+					// Gemma 4 scales attention by 1, leaving the size of
+					// the logits to the Q and K norms: at one, the logits'
+					// spread would be sqrt(head size) (4 and 5.7 here) and
+					// the softmax near saturation. 1/sqrt(head size) on Q
+					// gives the 1/sqrt(d) the other families apply.
+					v = float32(1 / math.Sqrt(float64(t.Shape[0])))
+				}
 				for i := range data {
-					data[i] = 1
+					data[i] = v
 				}
 			default: // scaled so that activations keep their size
 				std := 1 / math.Sqrt(float64(t.Shape[0]))

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/confclip/confclip/metrics"
@@ -60,6 +61,29 @@ func TestRunEveryArch(t *testing.T) {
 				t.Fatalf("no adapter checkpoint after two steps: %v", err)
 			}
 			t.Logf("ARCH %s run: step losses %.4g, %.4g; gradient norms %.3g, %.3g", arch, steps[0].Loss, steps[1].Loss, steps[0].GradNorm, steps[1].GradNorm)
+		})
+	}
+}
+
+// TestRunRefusesRecurrentArch: a run on a model training refuses (qwen35's
+// recurrent layers) returns the refusal as an error, and closes what it
+// opened (it once panicked closing a nil runner).
+func TestRunRefusesRecurrentArch(t *testing.T) {
+	for _, arch := range modelgen.RecurrentArchs {
+		t.Run(arch, func(t *testing.T) {
+			cfg := runFixture(t)
+			s, err := modelgen.TinyArch(arch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := modelgen.Write(cfg.Model.Path, s); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Run.Steps = 1
+			res, err := Run(context.Background(), RunOptions{Config: cfg})
+			if err == nil || !strings.Contains(err.Error(), arch) || !strings.Contains(err.Error(), "recurrent") {
+				t.Fatalf("want the refusal naming %s and its recurrent layers, got %v (result %v)", arch, err, res)
+			}
 		})
 	}
 }

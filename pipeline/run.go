@@ -188,9 +188,10 @@ func startRun(cfg Config, o RunOptions) (r *runner, err error) {
 	if r.ck, err = prepareRunDir(cfg, o.Resume); err != nil {
 		return nil, err
 	}
+	opened := r // each failure below returns a nil runner
 	defer func() {
 		if err != nil {
-			r.close()
+			opened.close()
 		}
 	}()
 	if err := r.openModel(); err != nil {

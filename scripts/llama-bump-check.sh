@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/llama-bump-check.sh SOURCE (make llama-bump-check LLAMA_SOURCE=SOURCE)
 # says what moving to another llama.cpp tree breaks, without building it.
-# SOURCE is what LLAMA_SOURCE takes (scripts/llama-source.sh): ollama,
+# SOURCE is what LLAMA_SOURCE takes (scripts/llama-source.sh):
 # pypi:NAME==VERSION@sha256:HEX or dir:/path/to/llama.cpp.
 #
 # In build/bump it lays down the pinned tree and SOURCE's, and on each tries
@@ -16,7 +16,7 @@
 set -euo pipefail
 export LC_ALL=C
 
-[ $# = 1 ] && [ -n "$1" ] || { echo "usage: scripts/llama-bump-check.sh SOURCE (ollama, pypi:NAME==VERSION@sha256:HEX, dir:/path)" >&2; exit 2; }
+[ $# = 1 ] && [ -n "$1" ] || { echo "usage: scripts/llama-bump-check.sh SOURCE (pypi:NAME==VERSION@sha256:HEX, dir:/path)" >&2; exit 2; }
 source=$1
 top=$(cd "$(dirname "$0")/.." && pwd)
 patches="$top/third_party/patches"
@@ -26,7 +26,7 @@ out="$top/build/bump"
 slug=$(printf '%s' "${source%@sha256:*}" | tr -c 'A-Za-z0-9._-' '-')
 base="$out/base" new="$out/$slug"
 mkdir -p "$out"
-LLAMA_SOURCE=ollama bash "$top/scripts/llama-source.sh" --pristine "$base/pristine"
+LLAMA_SOURCE= bash "$top/scripts/llama-source.sh" --pristine "$base/pristine"
 LLAMA_SOURCE=$source bash "$top/scripts/llama-source.sh" --pristine "$new/pristine"
 field() { sed -n "s/^$1=//p" "$2/pristine/.source"; }
 
@@ -41,8 +41,7 @@ try() {
   cp -a "$tree/pristine" "$tree/patched"
   : >"$tree/status"
   : >"$tree/hunks"
-  for p in "$patches"/*.patch; do
-    [ -e "$p" ] || continue
+  while read -r p; do
     name=$(basename "$p" .patch)
     if res=$(patch_try "$tree/patched" "$p"); then
       patch_apply "$tree/patched" "$p"
@@ -72,7 +71,7 @@ try() {
     fi
     printf '%s\t%s\t%s\n' "$name" "$status" "$detail" >>"$tree/status"
     printf '%s\n' "$res" | awk -v p="$name" 'NF { print p "\t" $0 }' >>"$tree/hunks"
-  done
+  done < <(patch_list "$patches")
 }
 try "$base" pinned
 try "$new"
@@ -100,7 +99,7 @@ failing() {
     case $state in failed | missing | reversed) ;; *) continue ;; esac
     ctx=
     if [ "$hunk" != - ]; then
-      IFS=$'\t' read -r start ctx < <(patch_hunks "$patches/$name.patch" | awk -F'\t' -v f="$file" -v h="$hunk" '$1 == f && $2 == h { print $3 "\t" $4 }') || true
+      IFS=$'\t' read -r start ctx < <(patch_hunks "$(patch_list "$patches" | grep "/$name.patch$")" | awk -F'\t' -v f="$file" -v h="$hunk" '$1 == f && $2 == h { print $3 "\t" $4 }') || true
       if [ -z "$ctx" ] && [ -f "$base/pristine/$file" ]; then
         ctx=$(awk -v n="$start" 'NR >= n { exit } /^[A-Za-z_$]/ { l = $0 } END { print substr(l, 1, 80) }' "$base/pristine/$file")
       fi

@@ -64,3 +64,23 @@ patch_hunks() {
     }
   ' "$1"
 }
+
+# The layers of third_party/patches, applied in this order (README.md there).
+PATCH_LAYERS=(training cpu backends)
+
+# patch_list DIR prints the paths of DIR's patches in the order they go on:
+# layer by layer, each in file-name order, leaving out what LLAMA_DROP names
+# (patch numbers such as 0044, or layer names; spaces or commas between).
+patch_list() {
+  local dir=$1 layer p n drop=" ${LLAMA_DROP:-} "
+  drop=${drop//,/ }
+  for layer in "${PATCH_LAYERS[@]}"; do
+    [[ $drop == *" $layer "* ]] && continue
+    for p in "$dir/$layer"/*.patch; do
+      [ -e "$p" ] || continue
+      n=$(basename "$p"); n=${n%%-*}
+      [[ $drop == *" $n "* ]] && continue
+      printf '%s\n' "$p"
+    done
+  done
+}

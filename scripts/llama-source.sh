@@ -4,44 +4,58 @@
 #
 # LLAMA_SOURCE (environment, or `make LLAMA_SOURCE=...`) says where llama.cpp
 # comes from:
-#   ollama (the default) the pinned Go module that carries llama.cpp and ggml
-#       (github.com/ollama/ollama, llama.cpp commit ec98e2002 plus ollama's
-#       patch set), its h1: sum checked; the module's own Go files and vendor
-#       folders are left out. The patches go on at patch's default fuzz.
-#   pypi:NAME==VERSION@sha256:HEX  a Python source distribution that carries
-#       llama.cpp (llama-cpp-python has it under vendor/llama.cpp), fetched
-#       with pip download into build/llama-src and refused unless its sha256
-#       is HEX.
+#   (unset)  the pin: upstream llama.cpp 0c1e57098 (2026-10-01), as the Python
+#       source distribution llama-cpp-python 0.3.36 carries it under
+#       vendor/llama.cpp, its sha256 checked (docs/llama-bump.md says why this
+#       one).
+#   pypi:NAME==VERSION@sha256:HEX  another Python source distribution that
+#       carries llama.cpp, fetched with pip download into build/llama-src and
+#       refused unless its sha256 is HEX.
 #   dir:/path/to/llama.cpp  a local checkout, used as it is: nothing is
 #       checked, and the tree is laid down again whenever a file in it changes.
-# Other than from the pin, the patches go on without fuzz (patch -F0), and a
-# patch that does not apply stops the build with its name and the hunks that
-# failed; scripts/llama-bump-check.sh reports on every patch at once.
+# The patches go on in layers (third_party/patches/README.md): training/,
+# then cpu/, then backends/, each in file-name order, without fuzz (patch
+# -F0); a patch that does not apply stops the build with its name and the
+# hunks that failed. LLAMA_DROP="0044 0038" (numbers) or LLAMA_DROP=cpu (a
+# layer) leaves patches out, e.g. to measure what one speedup is worth.
 #
 # scripts/llama-source.sh --pristine DIR lays the source down in DIR without
 # the patches and writes DIR/.source (the source, its llama.cpp commit and
 # checksum); llama-bump-check.sh uses it.
+# scripts/llama-source.sh --check lays the source down in a temporary folder
+# and tries every patch on it, reporting each hunk (applied, offset, failed);
+# it exits 1 if one does not apply.
 set -euo pipefail
 
-MODULE=github.com/ollama/ollama
-VERSION=v0.17.4
-SUM="h1:X3KNm9x4BlHqk/AXMGtC7pBAFd46nmJmy8yDaBZLo9s="
-LLAMA_COMMIT=ec98e2002
+# The pin. LLAMA_COMMIT is checked against the commit the archive's git
+# folder records; llama/llama.go's LlamaCommit says the same
+# (TestLlamaCommitMatchesPin).
+PIN="pypi:llama-cpp-python==0.3.36@sha256:832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+LLAMA_COMMIT=0c1e57098
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 dst="$top/third_party/llama.cpp"
 patches="$top/third_party/patches"
-source=${LLAMA_SOURCE:-ollama}
-pristine=
-if [ "${1:-}" = --pristine ]; then
-  [ -n "${2:-}" ] || { echo "usage: scripts/llama-source.sh [--pristine DIR]" >&2; exit 2; }
+source=${LLAMA_SOURCE:-$PIN}
+pristine= check=
+case ${1:-} in
+--pristine)
+  [ -n "${2:-}" ] || { echo "usage: scripts/llama-source.sh [--pristine DIR | --check]" >&2; exit 2; }
   pristine=1
   dst=$2
-fi
+  ;;
+--check)
+  check=1
+  dst=$(mktemp -d "${TMPDIR:-/tmp}/llama-check.XXXXXX")
+  trap 'rm -rf "$dst"' EXIT
+  ;;
+"") ;;
+*) echo "usage: scripts/llama-source.sh [--pristine DIR | --check]" >&2; exit 2 ;;
+esac
 . "$top/scripts/llama-patch.sh"
 
 die() { echo "llama.cpp: $*" >&2; exit 1; }
-patchsum() { find "$patches" -name "*.patch" -type f | sort | xargs -r cat | sha256sum | cut -c1-16; }
+patchsum() { patch_list "$patches" | xargs -r cat | sha256sum | cut -c1-16; }
 
 # Every file gets the time it is laid down (tar -m), not the source's: after
 # a patch is removed, a file no other patch touches would otherwise go back to
@@ -68,37 +82,8 @@ layout() {
 
 case $source in
 ollama)
-  # The stamp names the module and the patch set; the tree is laid down again
-  # whenever either changes.
-  want="$MODULE@$VERSION $SUM $LLAMA_COMMIT $(patchsum)"
-  if [ -z "$pristine" ] && [ -f "$dst/.stamp" ] && [ "$(cat "$dst/.stamp")" = "$want" ]; then
-    exit 0
-  fi
-
-  echo "llama.cpp: downloading $MODULE@$VERSION with go mod download" >&2
-  json=$(cd "$top" && GOFLAGS=-mod=mod go mod download -json "$MODULE@$VERSION")
-  dir=$(printf '%s' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  got=$(printf '%s' "$json" | sed -n 's/^[[:space:]]*"Sum": "\(.*\)",$/\1/p')
-  if [ "$got" != "$SUM" ]; then
-    echo "llama.cpp: $MODULE@$VERSION has sum $got, want $SUM; refusing to build" >&2
-    exit 1
-  fi
-  [ -d "$dir/llama/llama.cpp/src" ] || { echo "llama.cpp: $dir has no llama/llama.cpp/src" >&2; exit 1; }
-
-  layout "$dir/llama/llama.cpp" "$dir/ml/backend/ggml/ggml" "$dir/llama/llama.cpp/LICENSE"
-  if [ -n "$pristine" ]; then
-    printf 'source=ollama (%s@%s)\ncommit=%s\nchecksum=%s\n' "$MODULE" "$VERSION" "$LLAMA_COMMIT" "$SUM" >"$dst/.source"
-    exit 0
-  fi
-  for p in "$patches"/*.patch; do
-    [ -e "$p" ] || continue
-    echo "llama.cpp: applying $(basename "$p")" >&2
-    patch -s -p1 -d "$dst" <"$p"
-  done
-  printf '%s' "$want" >"$dst/.stamp"
-  exit 0
+  die "LLAMA_SOURCE=ollama: the ollama module carries llama.cpp ec98e2002 (2025), which this patch set no longer fits; leave LLAMA_SOURCE unset for the pin"
   ;;
-
 pypi:*)
   spec=${source#pypi:}
   name=${spec%%==*}
@@ -107,7 +92,7 @@ pypi:*)
   if [ "$name" = "$spec" ] || [ "$hex" = "$spec" ] || ! [[ $hex =~ ^[0-9a-f]{64}$ ]]; then
     die "LLAMA_SOURCE=$source: want pypi:NAME==VERSION@sha256:HEX (64 hex digits)"
   fi
-  want="$source $(patchsum)"
+  want="$source $(patchsum) drop=${LLAMA_DROP:-}"
   ;;
 
 dir:*)
@@ -117,7 +102,7 @@ dir:*)
   tree=$(cd "$tree" && pwd)
   # A local tree has no pin: its files' sizes and times stand for it.
   files=$(find "$tree/include" "$tree/src" "$tree/ggml/include" "$tree/ggml/src" "$tree/ggml/cmake" -type f -printf '%T@ %s %p\n' | sort | sha256sum | cut -c1-16)
-  want="dir:$tree $files $(patchsum)"
+  want="dir:$tree $files $(patchsum) drop=${LLAMA_DROP:-}"
   ;;
 
 *)
@@ -125,7 +110,7 @@ dir:*)
   ;;
 esac
 
-if [ -z "$pristine" ] && [ -f "$dst/.stamp" ] && [ "$(cat "$dst/.stamp")" = "$want" ]; then
+if [ -z "$pristine$check" ] && [ -f "$dst/.stamp" ] && [ "$(cat "$dst/.stamp")" = "$want" ]; then
   exit 0
 fi
 
@@ -171,8 +156,12 @@ pypi:*)
   fi
   work=$tmp/unpack
   mkdir "$work"
-  tar -xzf "$sdist" -C "$work" "${root}include" "${root}src" "${root}ggml/include" "${root}ggml/src" "${root}ggml/cmake" "${root}LICENSE"
+  tar -xzf "$sdist" -C "$work" "${root}include" "${root}src" "${root}ggml/include" "${root}ggml/src" "${root}ggml/cmake" "${root}ggml/CMakeLists.txt" "${root}LICENSE"
   echo "llama.cpp: $name==$version (sha256 checked) carries llama.cpp $commit in ${root%/}" >&2
+  if [ "$source" = "$PIN" ] && [ "${commit:0:${#LLAMA_COMMIT}}" != "$LLAMA_COMMIT" ]; then
+    die "$sdist carries llama.cpp $commit, but the pin is $LLAMA_COMMIT"
+  fi
+  ggml_cmake="$work/${root}ggml/CMakeLists.txt"
   layout "$work/$root" "$work/${root}ggml" "$work/${root}LICENSE"
   checksum="sha256:$hex"
   ;;
@@ -185,15 +174,53 @@ dir:*)
   fi
   layout "$tree" "$tree/ggml" "$tree/LICENSE"
   checksum="none (a local tree)"
+  ggml_cmake="$tree/ggml/CMakeLists.txt"
   ;;
 esac
+
+# version.cmake: what CMakeLists.txt compiles in as the tree's commit
+# (ggml_commit(), llama.cpp's LLAMA_COMMIT) and ggml's version, read off
+# ggml's own CMakeLists.txt.
+ggml_version() { sed -n "s/^set(GGML_VERSION_$1 \([0-9]*\))\$/\1/p" "$ggml_cmake" 2>/dev/null | head -1; }
+{
+  echo "# written by scripts/llama-source.sh ($source)"
+  echo "set(LLAMA_SOURCE_COMMIT \"${commit:0:9}\")"
+  for part in MAJOR MINOR PATCH; do
+    v=$(ggml_version $part)
+    echo "set(GGML_VERSION_$part ${v:-0})"
+  done
+} >"$dst/version.cmake"
 
 if [ -n "$pristine" ]; then
   printf 'source=%s\ncommit=%s\nchecksum=%s\n' "$source" "$commit" "$checksum" >"$dst/.source"
   exit 0
 fi
-for p in "$patches"/*.patch; do
-  [ -e "$p" ] || continue
+if [ -n "$check" ]; then
+  # Every hunk of every patch, in order, each patch applied once tried so
+  # that later ones see it.
+  failed=0
+  while read -r p; do
+    rel=${p#"$patches"/}
+    out=$(patch_try "$dst" "$p") && ok=1 || ok=0
+    # every hunk of the patch (patch_hunks), with what patch said of it
+    # (patch_results names only the hunks that moved or failed)
+    awk -F'\t' -v p="$rel" '
+      FILENAME == ARGV[1] { st[$1 "\t" $2] = $3 ($4 != "" ? " " $4 : ""); if ($2 == "-") whole[$1] = $3 " " $4; next }
+      { s = ($1 "\t" $2) in st ? st[$1 "\t" $2] : ($1 in whole ? whole[$1] : "ok")
+        printf "%-62s %-44s #%-3s %s\n", p, $1, $2, s }
+    ' <(printf '%s\n' "$out" | patch_results) <(patch_hunks "$p")
+    if [ $ok = 1 ]; then
+      patch_apply "$dst" "$p"
+    else
+      failed=$((failed + 1))
+    fi
+  done < <(patch_list "$patches")
+  n=$(patch_list "$patches" | wc -l)
+  echo "llama.cpp: $((n - failed)) of $n patches apply to $source (llama.cpp $commit) without fuzz${LLAMA_DROP:+ (left out: $LLAMA_DROP)}" >&2
+  [ $failed = 0 ] || exit 1
+  exit 0
+fi
+while read -r p; do
   if ! out=$(patch_try "$dst" "$p"); then
     echo "llama.cpp: $(basename "$p") does not apply to $source without fuzz:" >&2
     printf '%s\n' "$out" | patch_results | awk -F'\t' '
@@ -209,8 +236,10 @@ for p in "$patches"/*.patch; do
   offsets=$(printf '%s\n' "$out" | patch_results | awk -F'\t' '
     $3 == "offset" { if (!($1 in o)) files[++n] = $1; o[$1] = o[$1] " #" $2 " " $4 }
     END { for (i = 1; i <= n; i++) s = s "; " files[i] ":" o[files[i]]; print substr(s, 3) }')
-  echo "llama.cpp: applying $(basename "$p")${offsets:+ (offsets: $offsets)}" >&2
+  echo "llama.cpp: applying ${p#"$patches"/}${offsets:+ (offsets: $offsets)}" >&2
   patch_apply "$dst" "$p"
-done
-echo "llama.cpp: note: llama/llama.go's LlamaCommit and CMakeLists.txt's GGML_BUILD_COMMIT still name $LLAMA_COMMIT (this tree: $commit)" >&2
+done < <(patch_list "$patches")
+if [ "$source" != "$PIN" ]; then
+  echo "llama.cpp: note: this tree is llama.cpp $commit, not the pin $LLAMA_COMMIT; confclip version will say so" >&2
+fi
 printf '%s' "$want" >"$dst/.stamp"

@@ -22,7 +22,8 @@ import (
 type BuildInfo struct {
 	GoVersion   string   `json:"go_version"`
 	Platform    string   `json:"platform"`
-	LlamaCommit string   `json:"llama_commit"`
+	LlamaCommit string   `json:"llama_commit"` // the libraries' (llama.LibraryCommit)
+	LlamaPin    string   `json:"llama_pin"`    // the project's (llama.LlamaCommit)
 	BuildStamp  string   `json:"build_stamp"`
 	Backends    []string `json:"backends"` // ggml devices, the names model.device takes
 	System      string   `json:"system"`   // compiled backends and CPU features
@@ -33,7 +34,7 @@ type BuildInfo struct {
 // Build returns what the program is linked with.
 func Build() BuildInfo {
 	return BuildInfo{GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
-		LlamaCommit: llama.LlamaCommit, BuildStamp: llama.BuildStamp, Backends: llama.Backends(), System: llama.SystemInfo(),
+		LlamaCommit: llama.LibraryCommit(), LlamaPin: llama.LlamaCommit, BuildStamp: llama.BuildStamp, Backends: llama.Backends(), System: llama.SystemInfo(),
 		Devices: llama.Devices()}
 }
 
@@ -122,8 +123,13 @@ type GenModelOptions struct {
 	Quantize string // "" keeps F32; else one of QuantTypes
 }
 
-// ModelArchs are the architectures GenModelOptions.Arch takes.
+// ModelArchs are the architectures GenModelOptions.Arch takes that confclip
+// trains.
 func ModelArchs() []string { return modelgen.Archs }
+
+// UntrainedModelArchs are the architectures GenModel also writes but
+// training refuses (recurrent layers: qwen35); they load and decode.
+func UntrainedModelArchs() []string { return modelgen.RecurrentArchs }
 
 // QuantTypes are the types GenModelOptions.Quantize and Quantize take.
 func QuantTypes() []string { return llama.QuantTypes() }

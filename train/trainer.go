@@ -720,6 +720,9 @@ func F32Weights(path string) ([]string, error) {
 		if ti.Type != "f32" {
 			return nil, fmt.Errorf("%s: tensor %s is %s; full-parameter training needs an all-F32 model", path, ti.Name, ti.Type)
 		}
+		if strings.HasPrefix(ti.Name, "rope_freqs.") {
+			continue // gemma4's RoPE frequency factors: a fixed table, and ggml has no gradient for it
+		}
 		if strings.HasSuffix(ti.Name, ".weight") || strings.HasSuffix(ti.Name, ".bias") { // biases: qwen2's Q, K, V
 			names = append(names, ti.Name)
 		}

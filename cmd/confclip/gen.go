@@ -21,7 +21,7 @@ func init() {
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `FILE`.gguf"},
 				&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny (about 100K parameters) or bench (about 100M, llama only)"},
-				&cli.StringFlag{Name: "arch", Value: "llama", Usage: "architecture: " + strings.Join(tools.ModelArchs(), ", ")},
+				&cli.StringFlag{Name: "arch", Value: "llama", Usage: "architecture: " + strings.Join(tools.ModelArchs(), ", ") + "; or, for rollouts only (training refuses their recurrent layers), " + strings.Join(tools.UntrainedModelArchs(), ", ")},
 				&cli.Uint64Flag{Name: "seed", Aliases: []string{"s"}, Value: 1, Usage: "weight RNG seed"},
 				&cli.StringFlag{Name: "quantize", Usage: "quantize with llama.cpp's quantizer: " + strings.Join(tools.QuantTypes(), ", ")},
 			},

@@ -24,7 +24,7 @@ func init() {
 			Name:  "version",
 			Usage: "print the program version, the llama.cpp commit, compiled backends, the devices they found (the names --device takes) with their memory, the CPU kernels chosen and CPU features",
 			Flags: []cli.Flag{
-				&cli.BoolFlag{Name: "licenses", Usage: "print confclip's licence and those of the works it links (llama.cpp, ggml, ollama)"},
+				&cli.BoolFlag{Name: "licenses", Usage: "print confclip's licence and those of the works it links (llama.cpp and ggml)"},
 			},
 			Action: func(ctx context.Context, c *cli.Command) error {
 				if _, err := loadConfig(c); err != nil {
@@ -37,7 +37,11 @@ func init() {
 				b := tools.Build()
 				w := c.Root().Writer
 				fmt.Fprintf(w, "confclip %s (%s, %s)\n", Version, b.Platform, b.GoVersion)
-				fmt.Fprintf(w, "llama.cpp %s (libraries %s)\n", b.LlamaCommit, b.BuildStamp)
+				if b.LlamaCommit == b.LlamaPin {
+					fmt.Fprintf(w, "llama.cpp %s, the pin (libraries %s)\n", b.LlamaCommit, b.BuildStamp)
+				} else {
+					fmt.Fprintf(w, "llama.cpp %s, not the pin %s: built with LLAMA_SOURCE (libraries %s)\n", b.LlamaCommit, b.LlamaPin, b.BuildStamp)
+				}
 				fmt.Fprintf(w, "backends: %s\n", strings.Join(b.Backends, ", "))
 				fmt.Fprintln(w, "devices:")
 				for _, d := range b.Devices {

@@ -397,13 +397,13 @@ func TestLicenses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"MIT License\n\nCopyright (c) 2026 The confclip authors", strings.TrimSpace(string(llamaLicense)),
-		"Copyright (c) 2023-2024 The ggml authors", "Copyright (c) Ollama", "llama.cpp (https://github.com/ggml-org/llama.cpp)", "ggml (https://github.com/ggml-org/ggml)"} {
+		"Copyright (c) 2023-2026 The ggml authors", "llama.cpp (https://github.com/ggml-org/llama.cpp)", "ggml (https://github.com/ggml-org/ggml)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("version --licenses lacks %q", want)
 		}
 	}
 	// Every patch to llama.cpp or ggml says in its header whose MIT code it modifies.
-	patches, _ := filepath.Glob("../../third_party/patches/*.patch")
+	patches, _ := filepath.Glob("../../third_party/patches/*/*.patch")
 	if len(patches) == 0 {
 		t.Fatal("no patches found")
 	}
@@ -432,5 +432,36 @@ func TestVerifyExactCase(t *testing.T) {
 		if code, out := runOut(t, args...); code != 0 || !strings.Contains(out, c.want) {
 			t.Errorf("%v: exit %d\n%s\nwant %s", args, code, out, c.want)
 		}
+	}
+}
+
+// TestVersionNamesLlamaCommit: `confclip version` prints the llama.cpp
+// commit the linked libraries were built from and whether it is the pin;
+// a build from the pin (third_party/llama.cpp/.stamp starts with
+// scripts/llama-source.sh's PIN) prints the pin's commit, llama.LlamaCommit.
+func TestVersionNamesLlamaCommit(t *testing.T) {
+	code, out := runOut(t, "version")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	lib := llama.LibraryCommit()
+	stamp, err := os.ReadFile("../../third_party/llama.cpp/.stamp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("../../scripts/llama-source.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^PIN="([^"]+)"$`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/llama-source.sh has no PIN= line")
+	}
+	want := "llama.cpp " + lib + ", not the pin " + llama.LlamaCommit
+	if strings.HasPrefix(string(stamp), string(m[1])+" ") {
+		want = "llama.cpp " + llama.LlamaCommit + ", the pin"
+	}
+	if !strings.Contains(out, want) {
+		t.Errorf("version says\n%s\nwant a line with %q", out, want)
 	}
 }
