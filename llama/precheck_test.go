@@ -91,6 +91,16 @@ type mutation struct {
 }
 
 func put32(b []byte, off int, v uint32) { binary.LittleEndian.PutUint32(b[off:], v) }
+
+// setU32 is the mutation that sets the file's 4-byte value of key to v (a
+// u32 key, or an array's element type).
+func setU32(key string, v uint32) func(testing.TB, []byte) []byte {
+	return func(t testing.TB, b []byte) []byte {
+		kvs, _ := ggufLayout(t, b)
+		put32(b, kvs[key].valueOff, v)
+		return b
+	}
+}
 func put64(b []byte, off int, v uint64) { binary.LittleEndian.PutUint64(b[off:], v) }
 
 // hostileCases are the crashes issue 13 found in mutants of a model (and a
@@ -179,11 +189,7 @@ var hostileCases = []mutation{
 		put32(b, kvs["llama.rope.freq_base"].valueOff, math.Float32bits(float32(math.Inf(1))))
 		return b
 	}},
-	{"zero heads", `"llama.attention.head_count" = 0`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["llama.attention.head_count"].valueOff, 0)
-		return b
-	}},
+	{"zero heads", `"llama.attention.head_count" = 0`, setU32("llama.attention.head_count", 0)},
 	{"overflowing element count", "element count overflows", func(t testing.TB, b []byte) []byte {
 		_, ts := ggufLayout(t, b)
 		put32(b, ts[0].dimsOff, 2)
@@ -296,19 +302,11 @@ var hostileCases = []mutation{
 	{"experts 2^32-1", `"llama.expert_count" = 4294967295`, func(t testing.TB, b []byte) []byte {
 		return insertKV(t, b, "general.name", kvU32("llama.expert_count", math.MaxUint32))
 	}},
-	{"rope dimension 0", `"llama.rope.dimension_count" = 0`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["llama.rope.dimension_count"].valueOff, 0)
-		return b
-	}},
+	{"rope dimension 0", `"llama.rope.dimension_count" = 0`, setU32("llama.rope.dimension_count", 0)},
 	{"key length 0", `"llama.attention.key_length": the key head size is 0`, func(t testing.TB, b []byte) []byte {
 		return insertKV(t, b, "general.name", kvU32("llama.attention.key_length", 0))
 	}},
-	{"kv heads not dividing heads", `"llama.attention.head_count_kv" = 3`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["llama.attention.head_count_kv"].valueOff, 3)
-		return b
-	}},
+	{"kv heads not dividing heads", `"llama.attention.head_count_kv" = 3`, setU32("llama.attention.head_count_kv", 3)},
 	{"adapter alpha 3e38", `"adapter.lora.alpha" = 3.0000000054977558e+38: at most 4096`, func(t testing.TB, b []byte) []byte {
 		kv := binary.LittleEndian.AppendUint64(nil, uint64(len("adapter.lora.alpha")))
 		kv = append(kv, "adapter.lora.alpha"...)
@@ -440,67 +438,23 @@ var archCases = []struct {
 }{
 	// Gemma 4's tiny model: 3 layers, sliding, sliding, global; heads of
 	// 16 on the sliding layers and 32 on the global one.
-	{"gemma4", mutation{"two of three layers share their KV cache", `"gemma4.attention.shared_kv_layers" = 2: of 3 layers, at least 2`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["gemma4.attention.shared_kv_layers"].valueOff, 2)
-		return b
-	}}},
-	{"gemma4", mutation{"shared KV across kinds", "layer 2 would reuse the KV cache of layer 1, which is of the other kind", func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["gemma4.attention.shared_kv_layers"].valueOff, 1)
-		return b
-	}}},
-	{"gemma4", mutation{"sliding RoPE wider than the head", `"gemma4.rope.dimension_count_swa" = 32: must be even, positive and at most`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["gemma4.rope.dimension_count_swa"].valueOff, 32)
-		return b
-	}}},
-	{"gemma4", mutation{"sliding key and value heads differ", `"gemma4.attention.value_length_swa" = 8: llama.cpp's gemma4 graph needs them equal`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["gemma4.attention.value_length_swa"].valueOff, 8)
-		return b
-	}}},
-	{"gemma4", mutation{"layer pattern of the wrong type", `"gemma4.attention.sliding_window_pattern": type array of i8`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["gemma4.attention.sliding_window_pattern"].valueOff, 1) // bool -> i8, the same size
-		return b
-	}}},
+	{"gemma4", mutation{"two of three layers share their KV cache", `"gemma4.attention.shared_kv_layers" = 2: of 3 layers, at least 2`, setU32("gemma4.attention.shared_kv_layers", 2)}},
+	{"gemma4", mutation{"shared KV across kinds", "layer 2 would reuse the KV cache of layer 1, which is of the other kind", setU32("gemma4.attention.shared_kv_layers", 1)}},
+	{"gemma4", mutation{"sliding RoPE wider than the head", `"gemma4.rope.dimension_count_swa" = 32: must be even, positive and at most`, setU32("gemma4.rope.dimension_count_swa", 32)}},
+	{"gemma4", mutation{"sliding key and value heads differ", `"gemma4.attention.value_length_swa" = 8: llama.cpp's gemma4 graph needs them equal`, setU32("gemma4.attention.value_length_swa", 8)}},
+	{"gemma4", mutation{"layer pattern of the wrong type", `"gemma4.attention.sliding_window_pattern": type array of i8`, setU32("gemma4.attention.sliding_window_pattern", 1)}}, // bool -> i8, the same size
 	{"nanbeige", mutation{"zero loops", `"nanbeige.num_loops" = 0`, func(t testing.TB, b []byte) []byte {
 		return insertKV(t, b, "general.name", kvU32("nanbeige.num_loops", 0))
 	}}},
 	{"nanbeige", mutation{"loops past the layer limit", `"nanbeige.num_loops" = 300: 2 layers run 300 times`, func(t testing.TB, b []byte) []byte {
 		return insertKV(t, b, "general.name", kvU32("nanbeige.num_loops", 300))
 	}}},
-	{"jais2", mutation{"partial RoPE", `"jais2.rope.dimension_count" = 8: llama.cpp's jais2 graph needs it equal`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["jais2.rope.dimension_count"].valueOff, 8)
-		return b
-	}}},
-	{"maincoder", mutation{"partial RoPE", `"maincoder.rope.dimension_count" = 8: llama.cpp's maincoder graph needs it equal`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["maincoder.rope.dimension_count"].valueOff, 8)
-		return b
-	}}},
-	{"qwen35", mutation{"attention interval 0", `"qwen35.full_attention_interval" = 0: llama.cpp divides by it`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["qwen35.full_attention_interval"].valueOff, 0)
-		return b
-	}}},
-	{"qwen35", mutation{"value heads not a multiple of key heads", `"qwen35.ssm.time_step_rank" = 3: llama.cpp's qwen35 graph asserts`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["qwen35.ssm.time_step_rank"].valueOff, 3)
-		return b
-	}}},
-	{"qwen35", mutation{"inner size not the value heads'", `"qwen35.ssm.inner_size" = 32: must be`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["qwen35.ssm.inner_size"].valueOff, 32)
-		return b
-	}}},
-	{"qwen35", mutation{"no key groups", `"qwen35.ssm.group_count": missing or 0`, func(t testing.TB, b []byte) []byte {
-		kvs, _ := ggufLayout(t, b)
-		put32(b, kvs["qwen35.ssm.group_count"].valueOff, 0)
-		return b
-	}}},
+	{"jais2", mutation{"partial RoPE", `"jais2.rope.dimension_count" = 8: llama.cpp's jais2 graph needs it equal`, setU32("jais2.rope.dimension_count", 8)}},
+	{"maincoder", mutation{"partial RoPE", `"maincoder.rope.dimension_count" = 8: llama.cpp's maincoder graph needs it equal`, setU32("maincoder.rope.dimension_count", 8)}},
+	{"qwen35", mutation{"attention interval 0", `"qwen35.full_attention_interval" = 0: llama.cpp divides by it`, setU32("qwen35.full_attention_interval", 0)}},
+	{"qwen35", mutation{"value heads not a multiple of key heads", `"qwen35.ssm.time_step_rank" = 3: llama.cpp's qwen35 graph asserts`, setU32("qwen35.ssm.time_step_rank", 3)}},
+	{"qwen35", mutation{"inner size not the value heads'", `"qwen35.ssm.inner_size" = 32: must be`, setU32("qwen35.ssm.inner_size", 32)}},
+	{"qwen35", mutation{"no key groups", `"qwen35.ssm.group_count": missing or 0`, setU32("qwen35.ssm.group_count", 0)}},
 }
 
 // TestPrecheckArchHparams: each archCases file is refused by the pre-check

@@ -19,14 +19,7 @@ import (
 func TestRunEveryArch(t *testing.T) {
 	for _, arch := range modelgen.Archs {
 		t.Run(arch, func(t *testing.T) {
-			cfg := runFixture(t)
-			s, err := modelgen.TinyArch(arch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := modelgen.Write(cfg.Model.Path, s); err != nil {
-				t.Fatal(err)
-			}
+			cfg := archFixture(t, arch)
 			cfg.Run.Steps = 2
 			// A pattern that random models of every family meet about as
 			// often as not somewhere in six tokens, so that groups have
@@ -71,14 +64,7 @@ func TestRunEveryArch(t *testing.T) {
 func TestRunRefusesRecurrentArch(t *testing.T) {
 	for _, arch := range modelgen.RecurrentArchs {
 		t.Run(arch, func(t *testing.T) {
-			cfg := runFixture(t)
-			s, err := modelgen.TinyArch(arch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := modelgen.Write(cfg.Model.Path, s); err != nil {
-				t.Fatal(err)
-			}
+			cfg := archFixture(t, arch)
 			cfg.Run.Steps = 1
 			res, err := Run(context.Background(), RunOptions{Config: cfg})
 			if err == nil || !strings.Contains(err.Error(), arch) || !strings.Contains(err.Error(), "recurrent") {
@@ -86,4 +72,18 @@ func TestRunRefusesRecurrentArch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// archFixture is runFixture with its model replaced by arch's tiny model.
+func archFixture(t *testing.T, arch string) Config {
+	t.Helper()
+	cfg := runFixture(t)
+	s, err := modelgen.TinyArch(arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := modelgen.Write(cfg.Model.Path, s); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

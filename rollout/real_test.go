@@ -35,9 +35,14 @@ var realChat = []dataset.Prompt{
 // differences between a decode step and a whole-sequence pass (attention's
 // order of sums) move some inputs across a rounding boundary, a jump of one
 // 8-bit step that the following layers carry on. Equality there needs
-// kernels that compute a row the same way in either pass. Until then the
-// quantized files are held to the measured spread with room (0.6), which a
-// wrong template, token or position still breaks.
+// kernels that compute a row the same way in either pass. On llama.cpp
+// 0c1e57098 the two passes part further (measured 4 December 2026: 0.745 on
+// SmolLM2's Q4_1, 0.433 on Gemma's Q4_K_M), its quantized products taking
+// different kernels for a decode step's few rows and a whole sequence's
+// many (the tiled K-quant product, patch 0048; repacked layouts). Until
+// then the quantized files are held to the measured spread with room
+// (1.5), which a wrong template, token or position still breaks: those
+// move most tokens by several nats.
 func TestRealModelsRolloutChatMatchesTeacherForcing(t *testing.T) {
 	for _, c := range []struct {
 		name, tmpl, turn string
@@ -45,8 +50,8 @@ func TestRealModelsRolloutChatMatchesTeacherForcing(t *testing.T) {
 		bound            float64
 	}{
 		{"smollm2-135m-instruct", "", "<|im_start|>assistant\n", true, 1e-4},
-		{"smollm2-135m-instruct", "", "<|im_start|>assistant\n", false, 0.6},
-		{"gemma3-270m", "gemma", "<start_of_turn>model\n", false, 0.6},
+		{"smollm2-135m-instruct", "", "<|im_start|>assistant\n", false, 1.5},
+		{"gemma3-270m", "gemma", "<start_of_turn>model\n", false, 1.5},
 	} {
 		name := c.name
 		if c.f32 {
