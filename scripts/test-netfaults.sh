@@ -309,20 +309,6 @@ check $f "5% of packets dropped each way on every host ($dropped dropped), run t
 
 # 3c. C partitioned for 30 s while it holds requests of step 2 or later.
 f=partition
-# C's packets are delayed 100 ms each way (as in 3a) so that its requests
-# last long enough to be cut while it holds them: on a fast build a tiny
-# model's request takes a few ms, less than the two iptables calls that cut
-# it (on llama.cpp 0c1e57098 C had answered before the cut, and the pool had
-# nothing to give up). The flush after the partition removes the delay too.
-if [ "$how" = "tc netem" ]; then
-  in_ns 2 tc qdisc add dev "${PEER[2]}" root netem delay 100ms
-else
-  in_ns 2 iptables -A OUTPUT -o "${PEER[2]}" -j NFQUEUE --queue-num 7 --queue-bypass
-  in_ns 2 iptables -A INPUT -i "${PEER[2]}" -j NFQUEUE --queue-num 7 --queue-bypass
-  ip netns exec "${NS[2]}" "$T/netdelay" -queue 7 -delay 100ms -jitter 0ms >"$T/netdelay-partition.log" 2>&1 &
-  pids+=($!)
-  CDELAY=$!
-fi
 run_faulted $f
 wait_step $f 2 || fail "$f: the run ended before step 2"
 wait_busy 2 || fail "$f: C held no request from step 2 to the end"
@@ -333,11 +319,6 @@ cut_step=$(ls "$T/run-$f/steps" | tail -1)
 note "$f: C cut off in step $((10#$cut_step))"
 sleep $PARTITION_S
 in_ns 2 iptables -F
-if [ "$how" = "tc netem" ]; then
-  in_ns 2 tc qdisc del dev "${PEER[2]}" root
-else
-  kill "$CDELAY"
-fi
 wait_run $f
 lost_at=$(first_line $f "workers: ${URLS[2]}/v1 lost")
 [ -n "$lost_at" ] || fail "$f: the pool never gave C's requests up: $(grep workers: "$T/$f.log" | head -5)"
