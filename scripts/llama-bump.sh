@@ -34,8 +34,7 @@ pypi:* | dir:*) source=$1 ;;
   dl=$(mktemp -d "$out/dl.XXXXXX")
   if command -v pip >/dev/null 2>&1; then pip=(pip); else pip=(python3 -m pip); fi
   echo "llama-bump: downloading llama-cpp-python==$1's source distribution" >&2
-  "${pip[@]}" download --quiet --no-deps --no-binary :all: --no-build-isolation "llama-cpp-python==$1" --dest "$dl" >&2 2>/dev/null \
-    || "${pip[@]}" download --quiet --no-deps --no-binary :all: "llama-cpp-python==$1" --dest "$dl" >&2 \
+  "${pip[@]}" download --quiet --no-deps --no-binary :all: "llama-cpp-python==$1" --dest "$dl" >&2 \
     || { echo "llama-bump: pip download llama-cpp-python==$1 failed" >&2; exit 1; }
   f=$(ls "$dl"/*.tar.gz 2>/dev/null | head -1)
   [ -n "$f" ] || { echo "llama-bump: llama-cpp-python==$1 has no source distribution" >&2; exit 1; }
