@@ -34,6 +34,8 @@ type TensorInfo struct {
 	Type   string // ggml type name, e.g. "f32", "q4_K"
 	Offset int64  // from the start of the data section
 	Size   int64  // bytes
+	// Elements is the tensor's value count (the product of its shape).
+	Elements int64
 }
 
 // checkFile rejects what llama.cpp could trip on before any C code sees it:
@@ -212,11 +214,14 @@ func (g *GGUF) Tensors() []TensorInfo {
 		ts = make([]TensorInfo, int(C.gguf_get_n_tensors(gc)))
 		for i := range ts {
 			id := C.int64_t(i)
+			typ := C.gguf_get_tensor_type(gc, id)
+			size := int64(C.gguf_get_tensor_size(gc, id))
 			ts[i] = TensorInfo{
-				Name:   C.GoString(C.gguf_get_tensor_name(gc, id)),
-				Type:   C.GoString(C.ggml_type_name(C.gguf_get_tensor_type(gc, id))),
-				Offset: int64(C.gguf_get_tensor_offset(gc, id)),
-				Size:   int64(C.gguf_get_tensor_size(gc, id)),
+				Name:     C.GoString(C.gguf_get_tensor_name(gc, id)),
+				Type:     C.GoString(C.ggml_type_name(typ)),
+				Offset:   int64(C.gguf_get_tensor_offset(gc, id)),
+				Size:     size,
+				Elements: size / int64(C.ggml_type_size(typ)) * int64(C.ggml_blck_size(typ)),
 			}
 		}
 	})

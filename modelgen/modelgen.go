@@ -38,7 +38,22 @@ type Spec struct {
 	// PerLayerEmbd is the size of gemma4's per-layer input embeddings (the
 	// E2B and E4B models have 256; the 31B model none); 0 = none.
 	PerLayerEmbd int
-	Seed         uint64
+	// HeadDim is the key and value head size where it is not Embd/Heads
+	// (Qwen3's 128 at embedding 1,024 and 16 heads; Gemma 3's 256); 0 =
+	// Embd/Heads.
+	HeadDim int
+	// Tied: the output layer is the token embedding (no output.weight), as
+	// in every small model of Shapes. gemma2 is always tied.
+	Tied bool
+	// RopeBase is the RoPE frequency base; 0 = the architecture's default.
+	RopeBase float32
+	// NormEps is the norms' epsilon; 0 = 1e-5.
+	NormEps float32
+	// Llama3Rope, when set, writes Llama 3.1's RoPE frequency factors
+	// (rope_freqs.weight), as llama.cpp's converter does for a config's
+	// rope_scaling of type llama3.
+	Llama3Rope *Llama3Rope
+	Seed       uint64
 	// Pieces are the normal vocabulary entries (without the "▁" word-start
 	// marker, which Write adds as a second entry for each).
 	Pieces []string
@@ -77,6 +92,37 @@ func Bench() Spec {
 	s.Embd, s.Layers, s.Heads, s.HeadsKV, s.FF, s.Ctx = 768, 8, 12, 4, 2048, 4096
 	s.ExtraVocab = 32000
 	return s
+}
+
+// Llama3Rope is a config's rope_scaling of type llama3: wavelengths longer
+// than OrigCtx/LowFreq are stretched by Factor, those shorter than
+// OrigCtx/HighFreq kept, and those between blended.
+type Llama3Rope struct {
+	Factor, LowFreq, HighFreq float64
+	OrigCtx                   int
+}
+
+// factors are the per-pair divisors of the rotation frequencies, as
+// llama.cpp's convert_hf_to_gguf.py computes them (LlamaModel's
+// generate_extra_tensors), for head size hd and RoPE base.
+func (r Llama3Rope) factors(hd int, base float64) []float32 {
+	lowWave := float64(r.OrigCtx) / r.LowFreq
+	highWave := float64(r.OrigCtx) / r.HighFreq
+	out := make([]float32, hd/2)
+	for i := range out {
+		freq := 1 / math.Pow(base, float64(2*i)/float64(hd))
+		wave := 2 * math.Pi / freq
+		switch {
+		case wave < highWave:
+			out[i] = 1
+		case wave > lowWave:
+			out[i] = float32(r.Factor)
+		default:
+			smooth := (float64(r.OrigCtx)/wave - r.LowFreq) / (r.HighFreq - r.LowFreq)
+			out[i] = float32(1 / ((1-smooth)/r.Factor + smooth))
+		}
+	}
+	return out
 }
 
 // Token types of llama.cpp's SentencePiece vocabulary.
@@ -175,6 +221,17 @@ func TinyArch(arch string) (Spec, error) {
 	return s, nil
 }
 
+// ropeBase is the spec's RoPE frequency base: RopeBase, or its family's.
+func (s Spec) ropeBase() float32 {
+	switch {
+	case s.RopeBase != 0:
+		return s.RopeBase
+	case slices.Contains([]string{"mistral", "qwen2", "qwen3", "gemma3", "gemma4", "qwen35"}, s.Arch):
+		return 1e6
+	}
+	return 10000
+}
+
 // ggufArch is the general.architecture a spec is written as.
 func (s Spec) ggufArch() string {
 	switch s.Arch {
@@ -201,6 +258,14 @@ func (s Spec) globalHeadDim() int {
 	if s.Arch == "gemma4" {
 		return 2 * s.Embd / s.Heads
 	}
+	return s.plainHeadDim()
+}
+
+// plainHeadDim is the head size of every layer but gemma4's global ones.
+func (s Spec) plainHeadDim() int {
+	if s.HeadDim > 0 {
+		return s.HeadDim
+	}
 	return s.Embd / s.Heads
 }
 
@@ -209,7 +274,7 @@ func (s Spec) headDim(l int) int {
 	if s.Arch == "gemma4" && gemma4Global(l) {
 		return s.globalHeadDim()
 	}
-	return s.Embd / s.Heads
+	return s.plainHeadDim()
 }
 
 // qwen35's gated delta-net layers (ssm.*): key heads (group_count) of
@@ -235,8 +300,9 @@ func Tensors(s Spec, nVocab int) []Tensor {
 			Tensor{"per_layer_model_proj.weight", []int64{e, p * int64(s.Layers)}},
 			Tensor{"per_layer_proj_norm.weight", []int64{p}})
 	}
-	if s.Arch == "gemma4" {
-		// Proportional RoPE factors of the global layers, one tensor for all.
+	if s.Arch == "gemma4" || s.Llama3Rope != nil {
+		// RoPE frequency factors (gemma4's proportional ones for its global
+		// layers; Llama 3's), one tensor for all layers.
 		ts = append(ts, Tensor{"rope_freqs.weight", []int64{int64(s.globalHeadDim()) / 2}})
 	}
 	for l := 0; l < s.Layers; l++ {
@@ -330,7 +396,7 @@ func Tensors(s Spec, nVocab int) []Tensor {
 	if s.Arch == "jais2" {
 		ts = append(ts, Tensor{"output_norm.bias", []int64{e}})
 	}
-	if s.Arch == "gemma2" { // gemma2 ties the output to the embedding
+	if s.Arch == "gemma2" || s.Tied { // gemma2 ties the output to the embedding
 		return ts
 	}
 	return append(ts, Tensor{"output.weight", []int64{e, v}})
@@ -344,7 +410,7 @@ func Write(path string, s Spec) error {
 	if !slices.Contains(Archs, s.Arch) && !slices.Contains(RecurrentArchs, s.Arch) {
 		return fmt.Errorf("modelgen: unknown architecture %q (want one of %v, or %v)", s.Arch, Archs, RecurrentArchs)
 	}
-	if s.Embd%s.Heads != 0 || s.Heads%s.HeadsKV != 0 {
+	if (s.HeadDim == 0 && s.Embd%s.Heads != 0) || s.Heads%s.HeadsKV != 0 {
 		return fmt.Errorf("modelgen: embedding %d, heads %d, kv heads %d do not divide", s.Embd, s.Heads, s.HeadsKV)
 	}
 	tokens, scores, types := Vocab(s)
@@ -361,21 +427,22 @@ func Write(path string, s Spec) error {
 	w.SetUint32(a+".attention.head_count", uint32(s.Heads))
 	w.SetUint32(a+".attention.head_count_kv", uint32(s.HeadsKV))
 	w.SetUint32(a+".rope.dimension_count", uint32(s.globalHeadDim()))
-	if s.Arch == "jais2" { // layer norms, not RMS norms
-		w.SetFloat32(a+".attention.layer_norm_epsilon", 1e-5)
-	} else {
-		w.SetFloat32(a+".attention.layer_norm_rms_epsilon", 1e-5)
+	eps := s.NormEps
+	if eps == 0 {
+		eps = 1e-5
 	}
-	switch s.Arch {
-	case "llama", "nanbeige", "jais2", "maincoder":
-		w.SetFloat32(a+".rope.freq_base", 10000)
-	case "mistral", "qwen2", "qwen3", "gemma3", "gemma4", "qwen35":
-		w.SetFloat32(a+".rope.freq_base", 1e6)
-	case "phi3":
-		w.SetFloat32(a+".rope.freq_base", 10000)
+	if s.Arch == "jais2" { // layer norms, not RMS norms
+		w.SetFloat32(a+".attention.layer_norm_epsilon", eps)
+	} else {
+		w.SetFloat32(a+".attention.layer_norm_rms_epsilon", eps)
+	}
+	w.SetFloat32(a+".rope.freq_base", s.ropeBase())
+	if s.Arch == "phi3" {
 		w.SetUint32(a+".rope.scaling.original_context_length", uint32(s.Ctx))
-	case "gemma2":
-		w.SetFloat32(a+".rope.freq_base", 10000)
+	}
+	if s.HeadDim > 0 && s.HeadDim != s.Embd/s.Heads && s.Arch != "gemma3" && s.Arch != "qwen35" {
+		w.SetUint32(a+".attention.key_length", uint32(s.HeadDim))
+		w.SetUint32(a+".attention.value_length", uint32(s.HeadDim))
 	}
 	switch s.Arch {
 	case "gemma2":
@@ -385,8 +452,8 @@ func Write(path string, s Spec) error {
 		w.SetFloat32(a+".attn_logit_softcapping", 50)
 		w.SetFloat32(a+".final_logit_softcapping", 30)
 	case "gemma3":
-		w.SetUint32(a+".attention.key_length", uint32(s.Embd/s.Heads))
-		w.SetUint32(a+".attention.value_length", uint32(s.Embd/s.Heads))
+		w.SetUint32(a+".attention.key_length", uint32(s.plainHeadDim()))
+		w.SetUint32(a+".attention.value_length", uint32(s.plainHeadDim()))
 		w.SetUint32(a+".attention.sliding_window", uint32(s.SlidingWindow))
 	case "gemma4":
 		// The global layers' head size is the plain key; the sliding
@@ -448,6 +515,8 @@ func Write(path string, s Spec) error {
 		if data == nil {
 			data = make([]float32, n)
 			switch {
+			case t.Name == "rope_freqs.weight" && s.Llama3Rope != nil:
+				data = s.Llama3Rope.factors(s.globalHeadDim(), float64(s.ropeBase()))
 			case strings.HasSuffix(t.Name, ".ssm_a"): // A = -exp(A_log) < 0: the state decays
 				for i := range data {
 					data[i] = -1

@@ -116,12 +116,18 @@ func Tokenize(modelPath, text string, addSpecial, parseSpecial bool) ([]TokenPie
 
 // GenModelOptions say which test model GenModel writes.
 type GenModelOptions struct {
-	Out      string
-	Size     string // tiny (about 100K parameters) or bench (about 100M)
-	Arch     string // a tiny model's architecture, one of modelgen.Archs ("" = llama)
+	Out  string
+	Size string // tiny (about 100K parameters) or bench (about 100M)
+	Arch string // a tiny model's architecture, one of modelgen.Archs ("" = llama)
+	// Shape, when set, is a real model's layout (one of ModelShapes) with
+	// random weights, instead of Size and Arch.
+	Shape    string
 	Seed     uint64
 	Quantize string // "" keeps F32; else one of QuantTypes
 }
+
+// ModelShapes are the real models' layouts GenModelOptions.Shape takes.
+func ModelShapes() []string { return modelgen.Shapes() }
 
 // ModelArchs are the architectures GenModelOptions.Arch takes that confclip
 // trains.
@@ -138,22 +144,30 @@ func QuantTypes() []string { return llama.QuantTypes() }
 // (llama.cpp's quantizer; threads 0 = every core).
 func Quantize(in, out, typ string, threads int) error { return llama.Quantize(in, out, typ, threads) }
 
-// GenModel writes a small deterministic model with random weights (for
-// tests and benchmarks): a tiny one of any of modelgen.Archs, or the llama
-// benchmark model.
+// GenModel writes a deterministic model with random weights (for tests and
+// benchmarks): a tiny one of any of modelgen.Archs, the llama benchmark
+// model, or a real model's layout (Shape).
 func GenModel(o GenModelOptions) error {
 	var s modelgen.Spec
 	arch := o.Arch
 	if arch == "" {
 		arch = "llama"
 	}
-	switch o.Size {
-	case "tiny", "":
+	switch {
+	case o.Shape != "":
+		if (o.Size != "" && o.Size != "tiny") || arch != "llama" {
+			return fmt.Errorf("a shape sets the size and architecture: give --shape alone, or --size and --arch")
+		}
+		var err error
+		if s, err = modelgen.Shape(o.Shape); err != nil {
+			return err
+		}
+	case o.Size == "tiny" || o.Size == "":
 		var err error
 		if s, err = modelgen.TinyArch(arch); err != nil {
 			return err
 		}
-	case "bench":
+	case o.Size == "bench":
 		if arch != "llama" {
 			return fmt.Errorf("size bench is a llama model; architecture %q needs size tiny", arch)
 		}

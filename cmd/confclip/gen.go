@@ -17,16 +17,22 @@ func init() {
 	register(func() *cli.Command {
 		return &cli.Command{
 			Name:  "gen-model",
-			Usage: "write a small deterministic GGUF model with random weights (for tests and benchmarks)",
+			Usage: "write a deterministic GGUF model with random weights (for tests and benchmarks): a tiny one, or a real model's layout (--shape)",
+			Description: "--shape NAME writes a real model's exact layout (its config's dimensions, head\n" +
+				"layout, vocabulary size, RoPE base and tied embeddings) with random weights, to\n" +
+				"measure what a step costs at that size: " + strings.Join(tools.ModelShapes(), ", ") + ".\n" +
+				"The vocabulary is synthetic SentencePiece pieces padded to the real size. With\n" +
+				"--quantize an F32 copy is written first (4 bytes a parameter) beside --out.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `FILE`.gguf"},
 				&cli.StringFlag{Name: "size", Value: "tiny", Usage: "tiny (about 100K parameters) or bench (about 100M, llama only)"},
+				&cli.StringFlag{Name: "shape", Usage: "a real model's layout `NAME`: " + strings.Join(tools.ModelShapes(), ", ")},
 				&cli.StringFlag{Name: "arch", Value: "llama", Usage: "architecture: " + strings.Join(tools.ModelArchs(), ", ") + "; or, for rollouts only (training refuses their recurrent layers), " + strings.Join(tools.UntrainedModelArchs(), ", ")},
 				&cli.Uint64Flag{Name: "seed", Aliases: []string{"s"}, Value: 1, Usage: "weight RNG seed"},
 				&cli.StringFlag{Name: "quantize", Usage: "quantize with llama.cpp's quantizer: " + strings.Join(tools.QuantTypes(), ", ")},
 			},
 			Action: func(ctx context.Context, c *cli.Command) error {
-				err := tools.GenModel(tools.GenModelOptions{Out: c.String("out"), Size: c.String("size"), Arch: c.String("arch"), Seed: c.Uint64("seed"), Quantize: c.String("quantize")})
+				err := tools.GenModel(tools.GenModelOptions{Out: c.String("out"), Size: c.String("size"), Arch: c.String("arch"), Shape: c.String("shape"), Seed: c.Uint64("seed"), Quantize: c.String("quantize")})
 				if err != nil {
 					return err
 				}
