@@ -62,6 +62,10 @@ type Step struct {
 	KL           float64 `json:"kl"`
 	Updates      int     `json:"updates"`
 	TrainSkipped int     `json:"train_skipped"`
+	// TrainZeroWeight counts the step's completions that no training pass
+	// evaluated: a zero advantage (or every token masked) without a KL
+	// term carries no gradient (docs/method.md).
+	TrainZeroWeight int `json:"train_zero_weight"`
 	// Wall-clock seconds of the stages and the whole step, and the rollout
 	// throughput in generated tokens per second.
 	RolloutS   float64 `json:"rollout_s"`

@@ -575,6 +575,7 @@ func trainStep(ctx context.Context, tr *train.Trainer, recs []dataset.TrainExamp
 	row.TrainSkipped = 0
 	row.Updates = len(sts)
 	row.Loss, row.GradNorm, row.LR = sts[0].Objective, sts[0].GradNorm, sts[0].LR
+	row.TrainZeroWeight = sts[0].ZeroWeight
 	var clip, kl float64
 	for _, st := range sts {
 		clip += st.ClipFrac

@@ -48,6 +48,9 @@ type Config struct {
 	TotalSteps  int
 	// Profile times every ggml op of the training context (Trainer.Profile).
 	Profile bool
+	// keepZeroWeight evaluates the sequences that carry no gradient too
+	// (the tests' plain path, to compare the skip against).
+	keepZeroWeight bool
 }
 
 // DefaultConfig is AdamW with lr 1e-4, clipping at 1, token_mean, the
@@ -101,15 +104,22 @@ type StepStats struct {
 	// Forwards counts the gradient-free forward passes this update needed
 	// besides the training evaluation (current log-probs for the ratio or
 	// the KL; the reference's).
-	Forwards     int     `json:"forwards"`
-	Sequences    int     `json:"sequences"`
-	Tokens       int     `json:"tokens"` // completion tokens
-	AllTokens    int     `json:"all_tokens"`
-	MicroBatches int     `json:"micro_batches"`
+	Forwards     int `json:"forwards"`
+	Sequences    int `json:"sequences"`
+	Tokens       int `json:"tokens"` // completion tokens
+	AllTokens    int `json:"all_tokens"`
+	MicroBatches int `json:"micro_batches"`
+	// ZeroWeight counts the sequences left out of every pass: without a
+	// KL term, a sequence whose advantage is zero (or whose tokens are all
+	// masked) has a loss of zero at every parameter, and so no gradient
+	// (its ratio's clip never binds either); Tokens and AllTokens count
+	// only the sequences that were evaluated.
+	ZeroWeight   int     `json:"zero_weight_sequences"`
 	Seconds      float64 `json:"seconds"`
 	TokensPerSec float64 `json:"tokens_per_s"` // all tokens (prompt and completion) through forward+backward
 	// LogProbs are the completion tokens' log-probabilities at the
-	// parameters before the update, example by example.
+	// parameters before the update, example by example; nil for a sequence
+	// left out (ZeroWeight).
 	LogProbs [][]float32 `json:"-"`
 }
 
@@ -286,8 +296,9 @@ func (t *Trainer) weights(exs []Example) []float64 {
 // microBatches packs examples, in order, into micro-batches of at most
 // MicroBatchTokens tokens (a longer sequence alone, the context grown to
 // hold it), each sequence with its weight w[i] or, where tokenW[i] is
-// given, its tokens' weights.
-func (t *Trainer) microBatches(exs []Example, w []float64, tokenW [][]float32) ([][]llama.PGSeq, error) {
+// given, its tokens' weights. Every example is checked; those with skip[i]
+// are left out (skip may be nil).
+func (t *Trainer) microBatches(exs []Example, w []float64, tokenW [][]float32, skip []bool) ([][]llama.PGSeq, error) {
 	var out [][]llama.PGSeq
 	var cur []llama.PGSeq
 	n := 0
@@ -305,6 +316,9 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW [][]float32) (
 			if tok < 0 || int(tok) >= nv {
 				return nil, fmt.Errorf("example %d: token %d outside the model's vocabulary (size %d): wrong model?", i+1, tok, nv)
 			}
+		}
+		if skip != nil && skip[i] {
+			continue
 		}
 		if n > 0 && n+len(toks) > t.cfg.MicroBatchTokens {
 			out = append(out, cur)
@@ -380,8 +394,9 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 	var w []float64
 	var tokenW [][]float32
 	mk := masks(exs)
+	skip := t.zeroWeight(exs, z)
 	if old != nil || obj.Beta > 0 {
-		cur, err := t.LogProbs(exs)
+		cur, err := t.logProbs(exs, skip)
 		if err != nil {
 			return st, err
 		}
@@ -409,7 +424,7 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 			w[i] = adv[i] * z[i]
 		}
 	}
-	mbs, err := t.microBatches(exs, w, tokenW)
+	mbs, err := t.microBatches(exs, w, tokenW, skip)
 	if err != nil {
 		return st, err
 	}
@@ -417,6 +432,7 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 		clear(g)
 	}
 	st.MicroBatches = len(mbs)
+	var evaluated [][]float32 // the evaluated examples' log-probs, in order
 	for _, mb := range mbs {
 		if err := ctx.Err(); err != nil {
 			return st, err
@@ -434,16 +450,25 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 		}
 		for _, s := range mb {
 			k := len(s.Tokens) - s.NPrompt
-			st.LogProbs = append(st.LogProbs, lp[:k])
+			evaluated = append(evaluated, lp[:k])
 			lp = lp[k:]
 			st.Tokens += k
 			st.AllTokens += len(s.Tokens)
 		}
 	}
+	st.LogProbs = make([][]float32, len(exs))
+	for i := range exs {
+		if skip != nil && skip[i] {
+			st.ZeroWeight++
+			continue
+		}
+		st.LogProbs[i], evaluated = evaluated[0], evaluated[1:]
+	}
 	if old == nil && obj.Beta == 0 {
 		// Weights did not need the log-probs: the objective (ratio 1, no
-		// KL) comes from the training evaluation's own forward.
-		bl, err := obj.Loss(adv, st.LogProbs, nil, nil, z, mk)
+		// KL) comes from the training evaluation's own forward; a skipped
+		// example's terms are zero at any log-probs.
+		bl, err := obj.Loss(adv, filled(exs, st.LogProbs), nil, nil, z, mk)
 		if err != nil {
 			return st, err
 		}
@@ -505,6 +530,28 @@ func (t *Trainer) fillReference(exs []Example) error {
 
 // Grads is the gradient of the last Gradient or Step call, one slice per param.
 func (t *Trainer) Grads() [][]float32 { return t.grads }
+
+// zeroWeight marks the examples whose loss is zero at every parameter, so
+// that no pass needs them: without a KL term (Beta 0), an example with a
+// zero advantage, a zero norm (masked) or every token masked. Its clipped
+// ratio term is min(r·0, clip(r)·0) = 0 whatever the ratio r, and never
+// counts as clipped. nil when none is, or when Beta > 0 (the KL term pulls
+// every sequence).
+func (t *Trainer) zeroWeight(exs []Example, z []float64) []bool {
+	if t.cfg.Beta != 0 || t.cfg.keepZeroWeight {
+		return nil
+	}
+	var skip []bool
+	for i, e := range exs {
+		if e.Advantage == 0 || z[i] == 0 || e.Mask != nil && e.kept() == 0 {
+			if skip == nil {
+				skip = make([]bool, len(exs))
+			}
+			skip[i] = true
+		}
+	}
+	return skip
+}
 
 // zeroSignal reports whether no example carries an advantage (all zero or
 // masked): such a batch has nothing to teach.
@@ -606,24 +653,44 @@ func (t *Trainer) Update(ctx context.Context, exs []Example) ([]StepStats, error
 
 // LogProbs evaluates, without gradients, the log-probability of every
 // completion token of each example under the current parameters.
-func (t *Trainer) LogProbs(exs []Example) ([][]float32, error) {
-	mbs, err := t.microBatches(exs, make([]float64, len(exs)), nil)
+func (t *Trainer) LogProbs(exs []Example) ([][]float32, error) { return t.logProbs(exs, nil) }
+
+// logProbs is LogProbs leaving out the examples with skip[i]: theirs come
+// back as zeros (a zero-weight example's terms do not depend on them).
+func (t *Trainer) logProbs(exs []Example, skip []bool) ([][]float32, error) {
+	mbs, err := t.microBatches(exs, make([]float64, len(exs)), nil, skip)
 	if err != nil {
 		return nil, err
 	}
-	var out [][]float32
+	out := make([][]float32, len(exs))
+	i := 0
 	for _, mb := range mbs {
 		_, lp, err := t.ctx.PGEval(mb, nil, nil)
 		if err != nil {
 			return nil, err
 		}
 		for _, s := range mb {
+			for skip != nil && skip[i] {
+				i++
+			}
 			n := len(s.Tokens) - s.NPrompt
-			out = append(out, lp[:n])
+			out[i] = lp[:n]
 			lp = lp[n:]
+			i++
 		}
 	}
-	return out, nil
+	return filled(exs, out), nil
+}
+
+// filled is lp with zeros for the examples it has none for.
+func filled(exs []Example, lp [][]float32) [][]float32 {
+	out := slices.Clone(lp)
+	for i, e := range exs {
+		if out[i] == nil {
+			out[i] = make([]float32, len(e.Completion))
+		}
+	}
+	return out
 }
 
 // optimizerMagic starts a saved optimiser state.

@@ -85,8 +85,12 @@ func (r *renderer) event(e pipeline.Event) {
 			clipped = " (clipped)"
 		}
 		eta := time.Duration(float64(e.Elapsed) / float64(e.Step) * float64(e.Steps-e.Step))
-		r.live(fmt.Sprintf("step %d/%d: loss %.5f, grad norm %.4g%s, %d sequences, %d tokens, %.0f tokens/s, ETA %s",
-			e.Step, e.Steps, st.Loss, st.GradNorm, clipped, st.Sequences, st.AllTokens, st.TokensPerSec, eta.Round(time.Second)), true)
+		left := ""
+		if st.ZeroWeight > 0 {
+			left = fmt.Sprintf(" (%d with zero weight left out)", st.ZeroWeight)
+		}
+		r.live(fmt.Sprintf("step %d/%d: loss %.5f, grad norm %.4g%s, %d sequences%s, %d tokens, %.0f tokens/s, ETA %s",
+			e.Step, e.Steps, st.Loss, st.GradNorm, clipped, st.Sequences, left, st.AllTokens, st.TokensPerSec, eta.Round(time.Second)), true)
 	case pipeline.EvalProgress:
 		where := "eval"
 		if e.Steps > 0 {
