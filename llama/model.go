@@ -186,6 +186,20 @@ func (m *Model) with(f func(*C.struct_llama_model)) error {
 // OpOffload false), so its contexts' KV caches are in host memory.
 func (m *Model) CPUOnly() bool { return !m.opOffload }
 
+// OffloadDevice is the first GPU the model offloads to, with its memory
+// as the driver reports it now; false for a model on the CPU alone.
+func (m *Model) OffloadDevice() (Device, bool) {
+	if !m.opOffload || len(m.devices) == 0 {
+		return Device{}, false
+	}
+	for _, d := range Devices() {
+		if d.Name == m.devices[0].Name {
+			return d, true
+		}
+	}
+	return m.devices[0], true
+}
+
 // Path is the file the model was loaded from.
 func (m *Model) Path() string { return m.path }
 

@@ -92,7 +92,8 @@ type TrainConfig struct {
 	Beta        float64  `toml:"beta"`         // weight of the k3 KL to the model without the adapter
 	Schedule    string   `toml:"schedule"`     // constant, linear, cosine
 	WarmupSteps int      `toml:"warmup_steps"` // updates of linear warm-up
-	MicroBatch  int      `toml:"micro_batch"`  // tokens packed into one forward-backward pass (its memory); 0 = sized from the model
+	MicroBatch  int      `toml:"micro_batch"`  // tokens packed into one forward-backward pass (its memory); 0 = sized from memory
+	Memory      string   `toml:"memory"`       // what a pass's activations may take, "2GiB"; "" = a quarter of the free memory
 	Seed        uint64   `toml:"seed"`
 }
 

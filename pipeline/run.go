@@ -259,6 +259,8 @@ func (r *runner) openTrainer() error {
 		return err
 	}
 	r.tr = tr
+	fmt.Fprintln(r.logw, tr.Sizing())
+	emit(r.o.Progress, RunNote{Text: tr.Sizing()})
 	if r.ck == nil {
 		return nil
 	}

@@ -22,9 +22,19 @@ func TrainerConfig(cfg Config) train.Config {
 	t := cfg.Train
 	return train.Config{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay,
 		GradClip: t.GradClip, LossAgg: t.LossAgg, MaxTokens: maxCompletion(cfg),
-		MicroBatchTokens: t.MicroBatch, Threads: cfg.Model.Threads,
+		MicroBatchTokens: t.MicroBatch, MemoryBytes: memoryBytes(t.Memory), Threads: cfg.Model.Threads,
 		Iterations: t.Iterations, EpsLow: t.Epsilon, EpsHigh: t.EpsilonHigh, Beta: t.Beta,
 		Schedule: t.Schedule, WarmupSteps: t.WarmupSteps, TotalSteps: cfg.Run.Steps * max(t.Iterations, 1)}
+}
+
+// memoryBytes is train.memory in bytes (Validate refuses a bad one; 0
+// here, the default, if one gets through).
+func memoryBytes(s string) int64 {
+	n, err := train.ParseBytes(s)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // maxCompletion is the longest a completion can be: rollout.max_tokens, or
@@ -50,6 +60,9 @@ type TrainOptions struct {
 	Steps      int // optimiser steps over the data (1 = one on-policy step)
 	// Progress, when set, is called after each step.
 	Progress func(step int, st train.StepStats)
+	// Note, when set, gets one-line remarks before the steps (how the
+	// micro-batch was sized).
+	Note func(string)
 	// Profile, when set, receives the time and bytes by ggml op, forward
 	// and backward, of the steps (llama.WriteProfile's table).
 	Profile io.Writer
@@ -65,9 +78,11 @@ type TrainSummary struct {
 	// the size chosen from the model); ComputeBufferBytes the training
 	// context's activations at the largest pass; PeakRSSBytes the process's
 	// peak resident memory, weights included (0 where unknown).
-	MicroBatch         int   `json:"micro_batch"`
-	ComputeBufferBytes int64 `json:"compute_buffer_bytes"`
-	PeakRSSBytes       int64 `json:"peak_rss_bytes"`
+	MicroBatch int `json:"micro_batch"`
+	// Sizing says how MicroBatch was chosen (train.Trainer.Sizing).
+	Sizing             string `json:"micro_batch_sizing"`
+	ComputeBufferBytes int64  `json:"compute_buffer_bytes"`
+	PeakRSSBytes       int64  `json:"peak_rss_bytes"`
 }
 
 // Examples converts exported records into the trainer's examples: a
@@ -174,6 +189,9 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, err
 	}
 	defer tr.Close()
+	if o.Note != nil {
+		o.Note(tr.Sizing())
+	}
 	exs := Examples(recs)
 	for i := 0; i < o.Steps; i++ {
 		st, err := tr.Step(ctx, exs)
@@ -194,7 +212,7 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, err
 	}
 	sum.AdapterOut = o.AdapterOut
-	sum.MicroBatch = tr.Config().MicroBatchTokens
+	sum.MicroBatch, sum.Sizing = tr.Config().MicroBatchTokens, tr.Sizing()
 	sum.ComputeBufferBytes = tr.ComputeBufferBytes()
 	sum.PeakRSSBytes = peakrss.Bytes()
 	return sum, nil

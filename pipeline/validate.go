@@ -295,7 +295,11 @@ var checks = []check{
 		return err
 	}),
 	atLeast("train.warmup_steps", func(c Config) int { return c.Train.WarmupSteps }, 0, "want 0 or more updates"),
-	atLeast("train.micro_batch", func(c Config) int { return c.Train.MicroBatch }, 0, "want 0 (sized from the model) or a number of tokens per pass"),
+	atLeast("train.micro_batch", func(c Config) int { return c.Train.MicroBatch }, 0, "want 0 (sized from train.memory) or a number of tokens per pass"),
+	wrap("train.memory", `a size with a unit ("2GiB", "512MiB"), or "" for a quarter of the free memory`, func(c Config) error {
+		_, err := train.ParseBytes(c.Train.Memory)
+		return err
+	}),
 
 	atLeast("run.steps", func(c Config) int { return c.Run.Steps }, 1, "want at least 1 step"),
 	atLeast("run.prompts_per_step", func(c Config) int { return c.Run.PromptsPerStep }, 1, "want at least 1 prompt per step"),

@@ -33,6 +33,8 @@ func TestValidateRejects(t *testing.T) {
 		{"zero lora_rank", func(c *Config) { c.Train.LoraRank = 0 }, "train.lora_rank: 0"},
 		{"max_tokens -1", func(c *Config) { c.Rollout.MaxTokens = -1 }, "rollout.max_tokens: -1"}, // 0 is the context left
 		{"micro_batch -1", func(c *Config) { c.Train.MicroBatch = -1 }, "train.micro_batch: -1"},
+		{"memory without a unit", func(c *Config) { c.Train.Memory = "2048" }, "train.memory: memory size \"2048\": want a number and a unit"},
+		{"memory in PiB", func(c *Config) { c.Train.Memory = "1 PiB" }, "unknown unit \"PiB\""},
 		{"threads -1", func(c *Config) { c.Model.Threads = -1 }, "model.threads: -1"},
 		{"ctx 0", func(c *Config) { c.Model.Ctx = 0 }, "model.ctx: 0"},
 		{"ctx -5", func(c *Config) { c.Model.Ctx = -5 }, "model.ctx: -5"},

@@ -1,7 +1,10 @@
 package train
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"os"
 	"strconv"
 	"strings"
 
@@ -11,14 +14,17 @@ import (
 // A training pass keeps every layer's activations for the backward pass, so
 // its compute buffer grows with the tokens packed into it: about 0.62 MiB a
 // token on the 100M-parameter benchmark model (768 wide, 8 layers, 32,000
-// tokens of vocabulary), against 380 MiB of weights. The default micro-batch
-// is therefore sized from the model: the most tokens whose estimated
-// activations stay within ActivationShare of the weights (at least
-// MinActivationBudget, so that small models still pack many sequences), and
-// at most MaxAutoMicroBatch. A sequence longer than the micro-batch is never
-// refused: it runs alone, in a context grown to hold it.
+// tokens of vocabulary), and about 4 MiB at Qwen2.5-0.5B's shape, whose
+// 151,936-wide vocabulary rows dominate. The default micro-batch is
+// therefore sized from the memory the pass may take (Config.MemoryBytes;
+// by default MemoryShare of the memory free where the pass runs, at least
+// MinActivationBudget): the most tokens whose estimated activations fit
+// it, at most MaxAutoMicroBatch (beyond that the packed attention's
+// (S·L)² scores of sequences of varied lengths grow faster than the
+// passes saved). A sequence longer than the micro-batch is never refused:
+// it runs alone, in a context grown to hold it.
 const (
-	ActivationShare     = 0.15
+	MemoryShare         = 0.25
 	MinActivationBudget = 48 << 20
 	MaxAutoMicroBatch   = 512
 )
@@ -70,17 +76,107 @@ func ActivationBytes(s Shape, tokens, rows int) int64 {
 	return int64(s.Layers)*perLayer + 12*r*int64(s.Vocab) + 8*t*t + 256<<10
 }
 
-// ActivationBudget is the compute buffer the default micro-batch aims at:
-// ActivationShare of the model's weights, at least MinActivationBudget.
-func ActivationBudget(m *llama.Model) int64 {
-	return max(int64(ActivationShare*float64(m.Info().SizeBytes)), MinActivationBudget)
+// Budget is the memory a training pass's activations may take, and where
+// the number came from.
+type Budget struct {
+	Bytes  int64
+	Source string // "train.memory", or the share of what was free, and where
 }
 
-// AutoMicroBatch is the default micro-batch of a model: the most tokens (at
-// most MaxAutoMicroBatch, at least 1) whose ActivationBytes, every token a
-// completion row, fit ActivationBudget.
-func AutoMicroBatch(m *llama.Model) int {
-	s, budget := ModelShape(m), ActivationBudget(m)
+// MemoryBudget is the activations' budget: bytes when positive (the user's
+// train.memory); else MemoryShare of the memory free where the training
+// pass runs, the first GPU the model offloads to or this machine's RAM
+// (/proc/meminfo's MemAvailable); at least MinActivationBudget. Where the
+// free memory cannot be read, MinActivationBudget.
+func MemoryBudget(m *llama.Model, bytes int64) Budget {
+	if bytes > 0 {
+		return Budget{Bytes: bytes, Source: "train.memory"}
+	}
+	free, where := int64(0), ""
+	if d, ok := m.OffloadDevice(); ok {
+		free, where = int64(d.MemFree), "free on "+d.Name
+	} else if avail, err := memAvailable(); err == nil {
+		free, where = avail, "free RAM"
+	}
+	if free <= 0 {
+		return Budget{Bytes: MinActivationBudget, Source: fmt.Sprintf("the %s floor (free memory unknown)", FormatBytes(MinActivationBudget))}
+	}
+	b := int64(MemoryShare * float64(free))
+	if b < MinActivationBudget {
+		return Budget{Bytes: MinActivationBudget, Source: fmt.Sprintf("the %s floor (%.0f%% of %s %s is less)", FormatBytes(MinActivationBudget), 100*MemoryShare, FormatBytes(free), where)}
+	}
+	return Budget{Bytes: b, Source: fmt.Sprintf("%.0f%% of %s %s", 100*MemoryShare, FormatBytes(free), where)}
+}
+
+// memAvailable is /proc/meminfo's MemAvailable: the memory a new
+// allocation can take without swapping.
+func memAvailable() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest) // "21954420 kB"
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return kb << 10, nil
+				}
+			}
+		}
+	}
+	return 0, errors.New("/proc/meminfo: no MemAvailable")
+}
+
+// FormatBytes writes n in the largest binary unit that keeps it at least
+// 1: "512 MiB", "1.5 GiB".
+func FormatBytes(n int64) string {
+	v, units := float64(n), []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	i := 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 || v >= 100 || v == math.Trunc(v) {
+		return fmt.Sprintf("%.0f %s", v, units[i])
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
+}
+
+// ParseBytes reads a memory size: a number and a unit, B, KiB, MiB, GiB or
+// TiB (K, M, G, T and KB, MB, GB, TB are taken as the binary units too),
+// "2GiB", "1500 MiB", "0.5G". An empty string or "auto" is 0.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	if t == "" || t == "auto" {
+		return 0, nil
+	}
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i <= 0 {
+		return 0, fmt.Errorf("memory size %q: want a number and a unit, as 2GiB or 512MiB", s)
+	}
+	v, err := strconv.ParseFloat(t[:i], 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("memory size %q: want a number and a unit, as 2GiB or 512MiB", s)
+	}
+	shift := map[string]uint{"b": 0, "k": 10, "kb": 10, "kib": 10, "m": 20, "mb": 20, "mib": 20, "g": 30, "gb": 30, "gib": 30, "t": 40, "tb": 40, "tib": 40}
+	sh, ok := shift[strings.ToLower(strings.TrimSpace(t[i:]))]
+	if !ok {
+		return 0, fmt.Errorf("memory size %q: unknown unit %q (want B, KiB, MiB, GiB or TiB)", s, strings.TrimSpace(t[i:]))
+	}
+	n := v * float64(uint64(1)<<sh)
+	if n > math.MaxInt64/2 {
+		return 0, fmt.Errorf("memory size %q is too large", s)
+	}
+	return int64(n), nil
+}
+
+// AutoMicroBatch is the default micro-batch of a model for an activations'
+// budget: the most tokens (at most MaxAutoMicroBatch, at least 1) whose
+// ActivationBytes, every token a completion row, fit it.
+func AutoMicroBatch(m *llama.Model, budget int64) int {
+	s := ModelShape(m)
 	lo, hi := 1, MaxAutoMicroBatch // the answer is in [lo, hi]
 	for lo < hi {
 		mid := (lo + hi + 1) / 2

@@ -2,9 +2,11 @@ package train
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/confclip/confclip/internal/testutil"
@@ -105,30 +107,74 @@ func TestActivationEstimate(t *testing.T) {
 }
 
 // TestAutoMicroBatch: the default micro-batch is the largest whose estimate
-// fits the budget; the tiny model's budget (the 48 MiB floor) holds the
-// cap of 512 tokens, and a trainer created without a micro-batch uses it.
+// fits the budget: the tiny model's reaches the cap of 512 tokens at the
+// 48 MiB floor, and a budget of 1 MiB stops it below; a trainer made
+// without a micro-batch sizes it from train.memory when given, else from
+// a quarter of the free RAM, and says so.
 func TestAutoMicroBatch(t *testing.T) {
 	m := load(t, false)
-	n := AutoMicroBatch(m)
-	s, budget := ModelShape(m), ActivationBudget(m)
-	if budget != MinActivationBudget {
-		t.Fatalf("budget %d for a model of %d bytes, want the floor %d", budget, m.Info().SizeBytes, MinActivationBudget)
+	s := ModelShape(m)
+	for _, budget := range []int64{MinActivationBudget, 1 << 20} {
+		n := AutoMicroBatch(m, budget)
+		if ActivationBytes(s, n, n) > budget || (n < MaxAutoMicroBatch && ActivationBytes(s, n+1, n+1) <= budget) {
+			t.Fatalf("budget %d: micro-batch %d, estimate %d, and %d for one more token", budget, n, ActivationBytes(s, n, n), ActivationBytes(s, n+1, n+1))
+		}
+		if want := budget == MinActivationBudget; (n == MaxAutoMicroBatch) != want {
+			t.Fatalf("budget %d: micro-batch %d for the tiny model; at the cap %d: want %v", budget, n, MaxAutoMicroBatch, want)
+		}
 	}
-	if ActivationBytes(s, n, n) > budget || (n < MaxAutoMicroBatch && ActivationBytes(s, n+1, n+1) <= budget) {
-		t.Fatalf("auto micro-batch %d: estimate %d, and %d for one more token, budget %d", n, ActivationBytes(s, n, n), ActivationBytes(s, n+1, n+1), budget)
-	}
-	if n != MaxAutoMicroBatch {
-		t.Fatalf("auto micro-batch %d for the tiny model, want the cap %d", n, MaxAutoMicroBatch)
-	}
-	cfg := testConfig()
-	cfg.MicroBatchTokens = 0
-	tr, err := NewLoRATrainer(m, newAdapter(t, m, false), cfg)
+
+	avail, err := memAvailable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
-	if got := tr.Config().MicroBatchTokens; got != n {
-		t.Fatalf("trainer's micro-batch %d, want %d", got, n)
+	b := MemoryBudget(m, 0)
+	// free memory moves while the test runs: within a tenth
+	if want := MemoryShare * float64(avail); math.Abs(float64(b.Bytes)-want) > 0.1*want || !strings.Contains(b.Source, "free RAM") {
+		t.Errorf("default budget %d bytes (%s); %.0f%% of %d bytes of free RAM is %.0f", b.Bytes, b.Source, 100*MemoryShare, avail, want)
+	}
+	if g := MemoryBudget(m, 123<<20); g.Bytes != 123<<20 || g.Source != "train.memory" {
+		t.Errorf("given budget: %+v", g)
+	}
+
+	for _, tc := range []struct {
+		memory int64
+		want   int
+		says   string
+	}{
+		{0, MaxAutoMicroBatch, "free RAM), at the cap of 512"},
+		{1 << 20, AutoMicroBatch(m, 1<<20), "within a budget of 1 MiB (train.memory)"},
+	} {
+		cfg := testConfig()
+		cfg.MicroBatchTokens, cfg.MemoryBytes = 0, tc.memory
+		tr, err := NewLoRATrainer(m, newAdapter(t, m, false), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, says := tr.Config().MicroBatchTokens, tr.Sizing()
+		tr.Close()
+		if got != tc.want || !strings.Contains(says, tc.says) || !strings.Contains(says, fmt.Sprintf("micro-batch %d tokens", got)) {
+			t.Errorf("memory %d: micro-batch %d (%q), want %d and %q", tc.memory, got, says, tc.want, tc.says)
+		}
+	}
+}
+
+// TestParseBytes: sizes with binary units, and what is refused.
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"": 0, "auto": 0, "2GiB": 2 << 30, "1500 MiB": 1500 << 20, "0.5G": 1 << 29, "64k": 64 << 10, "3 gb": 3 << 30, "100B": 100} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"12", "GiB", "2 PiB", "-1GiB", "1e400G", "1.2.3M"} {
+		if got, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
+		}
+	}
+	for n, want := range map[int64]string{512: "512 B", 48 << 20: "48 MiB", 3 << 29: "1.5 GiB", 1 << 40: "1 TiB"} {
+		if got := FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
 	}
 }
 

@@ -29,9 +29,13 @@ type Config struct {
 	// MicroBatchTokens bounds the tokens packed into one forward-backward
 	// pass (its activations are the step's memory); the step accumulates
 	// gradients over as many micro-batches as it needs, and a longer
-	// sequence runs alone. 0 = AutoMicroBatch, sized from the model.
+	// sequence runs alone. 0 = AutoMicroBatch, sized from MemoryBytes.
 	MicroBatchTokens int
-	Threads          int
+	// MemoryBytes is the memory a pass's activations may take, which sizes
+	// the default micro-batch; 0 = MemoryShare of the memory free where
+	// the pass runs (MemoryBudget).
+	MemoryBytes int64
+	Threads     int
 	// Iterations is mu, the updates Update makes on one batch (0 = 1).
 	Iterations int
 	// EpsLow and EpsHigh bound the importance ratio to [1-EpsLow,
@@ -133,6 +137,7 @@ type Trainer struct {
 	adapter *llama.Adapter // nil for full-parameter training
 	// capacity is the tokens ctx holds in one pass (grow makes it larger)
 	capacity int
+	sizing   string         // how the micro-batch was chosen (Sizing)
 	profPrev []llama.OpStat // profile totals of the contexts grow replaced
 	params   []*llama.Param
 	values   [][]float32 // current parameter values (mirrors llama.cpp's)
@@ -202,10 +207,23 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	if cfg.LR <= 0 || cfg.Beta1 < 0 || cfg.Beta1 >= 1 || cfg.Beta2 < 0 || cfg.Beta2 >= 1 || cfg.Eps <= 0 || cfg.WeightDecay < 0 || cfg.GradClip < 0 {
 		return nil, fmt.Errorf("invalid optimiser settings %+v", cfg)
 	}
-	if cfg.MicroBatchTokens <= 0 {
-		cfg.MicroBatchTokens = AutoMicroBatch(m)
+	if cfg.MemoryBytes < 0 {
+		return nil, fmt.Errorf("invalid memory budget %d bytes", cfg.MemoryBytes)
 	}
-	t := &Trainer{cfg: cfg, agg: agg, model: m, params: ps, capacity: contextTokens(cfg.MicroBatchTokens)}
+	var sizing string
+	if cfg.MicroBatchTokens <= 0 {
+		b := MemoryBudget(m, cfg.MemoryBytes)
+		cfg.MicroBatchTokens = AutoMicroBatch(m, b.Bytes)
+		n := cfg.MicroBatchTokens
+		sizing = fmt.Sprintf("micro-batch %d tokens: estimated activations %s within a budget of %s (%s)",
+			n, FormatBytes(ActivationBytes(ModelShape(m), n, n)), FormatBytes(b.Bytes), b.Source)
+		if n == MaxAutoMicroBatch {
+			sizing += fmt.Sprintf(", at the cap of %d", MaxAutoMicroBatch)
+		}
+	} else {
+		sizing = fmt.Sprintf("micro-batch %d tokens (train.micro_batch)", cfg.MicroBatchTokens)
+	}
+	t := &Trainer{cfg: cfg, agg: agg, model: m, params: ps, capacity: contextTokens(cfg.MicroBatchTokens), sizing: sizing}
 	ctx, err := t.newContext(t.capacity)
 	if err != nil {
 		return nil, err
@@ -226,6 +244,10 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	}
 	return t, nil
 }
+
+// Sizing says how the micro-batch was chosen: the size, and for the
+// default the estimated activations and the budget they fit.
+func (t *Trainer) Sizing() string { return t.sizing }
 
 // Close frees the training context.
 func (t *Trainer) Close() error { return t.ctx.Close() }

@@ -45,6 +45,7 @@ func trainCmd(ctx context.Context, c *cli.Command) error {
 	sum, err := pipeline.Train(ctx, pipeline.TrainOptions{
 		Config: cfg, Data: c.String("data"), AdapterIn: cfg.Model.Adapter, AdapterOut: c.String("adapter-out"),
 		Steps: c.Int("steps"), Profile: profileTo(c), Progress: pipeline.TrainEvents(c.Int("steps"), r.event),
+		Note: func(s string) { r.event(pipeline.RunNote{Text: s}) },
 	})
 	r.end()
 	if err != nil {
