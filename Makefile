@@ -113,14 +113,17 @@ cmake:
 	  else echo "cmake is missing: install it (for example: sudo apt-get install cmake)" >&2; exit 1; fi; }
 
 # The Vulkan backend needs glslc (shader compiler), the Vulkan headers and
-# loader, and a Vulkan driver to run on (mesa's: lavapipe, a software device,
-# and the radv/anv drivers for AMD and Intel GPUs). As root on Debian, the
+# loader, the SPIR-V headers (with their CMake package: llama.cpp's Vulkan
+# backend finds them since 2026), and a Vulkan driver to run on (mesa's:
+# lavapipe, a software device, and the radv/anv drivers for AMD and Intel
+# GPUs). As root on Debian, the
 # missing ones are installed; otherwise the command to run is printed.
 VULKAN_ICDS := /usr/share/vulkan/icd.d /etc/vulkan/icd.d
 vulkan-deps:
 	@pkgs=""; \
 	command -v glslc >/dev/null 2>&1 || pkgs="$$pkgs glslc"; \
 	[ -f /usr/include/vulkan/vulkan.hpp ] && ldconfig -p | grep -q 'libvulkan\.so ' || pkgs="$$pkgs libvulkan-dev"; \
+	ls /usr/share/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake /usr/lib/*/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake 2>/dev/null | grep -q . || pkgs="$$pkgs spirv-headers"; \
 	ls $(addsuffix /*.json,$(VULKAN_ICDS)) 2>/dev/null | grep -q . || pkgs="$$pkgs mesa-vulkan-drivers"; \
 	[ -z "$$pkgs" ] && exit 0; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
