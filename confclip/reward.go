@@ -22,6 +22,9 @@ type Reward struct {
 	Name string
 	// NeedsConfidence is set when Group reads the confidences.
 	NeedsConfidence bool
+	// Stated is set when Group reads the confidence each completion states
+	// (StatedConfidence; NaN where it states none) in place of the model's.
+	Stated bool
 	// Group fills r with the rewards of one group from the verifier scores
 	// v (in [0, 1]) and, when NeedsConfidence, the confidences c. r, v and c
 	// have one entry per completion; c may be nil otherwise.
@@ -32,6 +35,9 @@ var rewardMethods = map[string]func(RewardParams) (Reward, error){
 	"confclip": newConfClip,
 	"binary": func(RewardParams) (Reward, error) {
 		return Reward{Name: "binary", Group: func(r, v, _ []float64) { Binary(r, v) }}, nil
+	},
+	"rlcr": func(RewardParams) (Reward, error) {
+		return Reward{Name: "rlcr", Stated: true, Group: RLCR}, nil
 	},
 }
 

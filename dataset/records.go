@@ -144,9 +144,13 @@ type Scored struct {
 	Confidence     float64        `json:"confidence"`
 	// ConfidenceScope is the scope actually used: "completion", "answer", or
 	// "completion (fallback: ...)" when the answer scope could not be applied.
-	ConfidenceScope string  `json:"confidence_scope"`
-	Reward          float64 `json:"reward"`
-	Advantage       float64 `json:"advantage"`
+	ConfidenceScope string `json:"confidence_scope"`
+	// StatedConfidence is the confidence the completion states in its text
+	// (reward rlcr: the last <confidence>q</confidence>, q in [0, 1]); nil
+	// when it states none, or the reward reads none.
+	StatedConfidence *float64 `json:"stated_confidence,omitempty"`
+	Reward           float64  `json:"reward"`
+	Advantage        float64  `json:"advantage"`
 }
 
 // Provenance says where a training example came from.

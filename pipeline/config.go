@@ -108,7 +108,7 @@ type RunConfig struct {
 // ExperimentConfig is the grid of `confclip experiment`: every arm with
 // every seed, from each start (model.path when Starts is empty).
 type ExperimentConfig struct {
-	Arms  []string `toml:"arms"`  // binary_grpo, confclip_grpo, confclip_dr_grpo, binary_dr_grpo, confclip_rloo
+	Arms  []string `toml:"arms"`  // binary_grpo, confclip_grpo, confclip_dr_grpo, binary_dr_grpo, confclip_rloo, rlcr_grpo
 	Seeds []uint64 `toml:"seeds"` // rollout and adapter seeds
 	// Starts are the pre-trained models the grid is run from: pre-training
 	// seeds (each pre-trained on Corpus with the Pretrain* settings, cached
@@ -250,6 +250,7 @@ var Arms = []Arm{
 	{"confclip_dr_grpo", "confclip", "dr_grpo", "group"},
 	{"binary_dr_grpo", "binary", "dr_grpo", "group"},
 	{"confclip_rloo", "confclip", "rloo", "group"},
+	{"rlcr_grpo", "rlcr", "grpo", "group"},
 }
 
 // ArmByName is the arm of Arms with that name.

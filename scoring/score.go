@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"sort"
@@ -105,6 +106,12 @@ type Summary struct {
 	Calibration *confclip.Calibration `json:"calibration,omitempty"`
 	// MaskedTruncated counts advantages zeroed by advantage.mask_truncated.
 	MaskedTruncated int `json:"masked_truncated"`
+	// StatedMissing counts, for a reward that reads the confidence a
+	// completion states (rlcr), the completions that state no valid one;
+	// StatedCalibration is the calibration of the stated confidences, nil
+	// when none states one.
+	StatedMissing     int                   `json:"stated_confidence_missing"`
+	StatedCalibration *confclip.Calibration `json:"stated_calibration,omitempty"`
 
 	Skipped Skipped `json:"skipped"`
 	Seconds float64 `json:"seconds"`
@@ -418,8 +425,11 @@ func hasConfidenceInput(r *dataset.Rollout, needsEntropies bool) bool {
 func (s *Summary) SetStats(reward string, needsEntropies bool, groups [][]*dataset.Scored) {
 	rewards, binary := make([][]float64, len(groups)), make([][]float64, len(groups))
 	correct, lengths := make([][]bool, len(groups)), make([][]int, len(groups))
-	var confs []float64
-	var confCorrect []bool
+	s.StatedMissing = 0
+	var confs, stated []float64
+	var confCorrect, statedCorrect []bool
+	rw, err := confclip.NewReward(reward, confclip.DefaultRewardParams)
+	readsStated := err == nil && rw.Stated
 	for gi, g := range groups {
 		for _, r := range g {
 			b := []float64{0}
@@ -432,6 +442,13 @@ func (s *Summary) SetStats(reward string, needsEntropies bool, groups [][]*datas
 				confs = append(confs, r.Confidence)
 				confCorrect = append(confCorrect, r.VerifierResult.Correct)
 			}
+			switch {
+			case r.StatedConfidence != nil:
+				stated = append(stated, *r.StatedConfidence)
+				statedCorrect = append(statedCorrect, r.VerifierResult.Correct)
+			case readsStated:
+				s.StatedMissing++
+			}
 		}
 	}
 	s.Reward = confclip.RewardStatsOf(reward, rewards)
@@ -440,6 +457,10 @@ func (s *Summary) SetStats(reward string, needsEntropies bool, groups [][]*datas
 	if len(confs) > 0 {
 		cal := confclip.Calibrate(confs, confCorrect)
 		s.Calibration = &cal
+	}
+	if len(stated) > 0 {
+		cal := confclip.Calibrate(stated, statedCorrect)
+		s.StatedCalibration = &cal
 	}
 }
 
@@ -683,6 +704,12 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 			scored[gi] = append(scored[gi], sc)
 			v[j], format[j] = sc.VerifierResult.Score, sr.format
 			c[j] = sc.Confidence
+			if s.reward.Stated {
+				c[j] = math.NaN() // RLCRMissing, unless it states one
+				if q, ok := confclip.StatedConfidence(sr.rec.Text); ok {
+					c[j], sc.StatedConfidence = q, &q
+				}
+			}
 			lengths[j] = tokenCount(&sr.rec)
 			truncated[j] = sr.rec.Finish == dataset.FinishLength
 			if hasConfidenceInput(&sr.rec, s.estimator.NeedsEntropies) && sc.ConfidenceScope != o.Confidence.Scope {

@@ -451,3 +451,37 @@ func TestScoreTruncatedIsStrict(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreRLCR: reward rlcr reads each completion's stated confidence (no
+// log-probs needed), gives RLCR's rewards (confclip's worked example),
+// records the stated confidence, and counts the completions that state
+// none.
+func TestScoreRLCR(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	writeJSONL(t, in,
+		textOnly("g", 0, "<confidence>0.9</confidence> so x = 4", "4"),
+		textOnly("g", 1, "<confidence>0.8</confidence> so x = 5", "4"),
+		textOnly("g", 2, "<confidence>1.5</confidence> so x = 4", "4"),
+		textOnly("g", 3, "<confidence>0.1</confidence> <confidence> 0.25 </confidence> so x = 4", "4"))
+	o := testOptions(in, filepath.Join(dir, "out.jsonl"))
+	o.Reward.Method = "rlcr"
+	sum, err := scoring.Score(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.StatedMissing != 1 || sum.StatedCalibration == nil || sum.StatedCalibration.N != 3 {
+		t.Errorf("summary: %d stated none, stated calibration %+v; want 1 and 3 records", sum.StatedMissing, sum.StatedCalibration)
+	}
+	for i, sc := range readScored(t, o.Out) {
+		wantR := []float64{0.99, -0.64, -2, 0.4375}[i]
+		wantQ := []float64{0.9, 0.8, -1, 0.25}[i]
+		gotQ := -1.0
+		if sc.StatedConfidence != nil {
+			gotQ = *sc.StatedConfidence
+		}
+		if math.Abs(sc.Reward-wantR) > 1e-12 || gotQ != wantQ {
+			t.Errorf("sample %d: reward %v, stated %v; want %v and %v", i, sc.Reward, gotQ, wantR, wantQ)
+		}
+	}
+}
