@@ -191,7 +191,7 @@ func TestOverlongPenalty(t *testing.T) {
 		t.Errorf("hard limit: %v, want -1", got)
 	}
 	r := []float64{1, 0}
-	Shaping{FormatWeight: 0.5, Overlong: true, MaxLen: 100, CacheLen: 20}.Apply(r, []float64{1, 0}, []int{90, 10})
+	Shaping{FormatWeight: 0.5, Overlong: true, MaxLen: 100, CacheLen: 20}.Apply(r, []float64{1, 0}, []int{90, 10}, nil)
 	near(t, "shaped", r, []float64{1, 0})
 }
 

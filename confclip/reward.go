@@ -25,6 +25,9 @@ type Reward struct {
 	// Stated is set when Group reads the confidence each completion states
 	// (StatedConfidence; NaN where it states none) in place of the model's.
 	Stated bool
+	// SelfCertainty is set when Group reads the completions'
+	// self-certainties (SelfCertainty) in place of the confidences.
+	SelfCertainty bool
 	// Group fills r with the rewards of one group from the verifier scores
 	// v (in [0, 1]) and, when NeedsConfidence, the confidences c. r, v and c
 	// have one entry per completion; c may be nil otherwise.
@@ -39,6 +42,7 @@ var rewardMethods = map[string]func(RewardParams) (Reward, error){
 	"rlcr": func(RewardParams) (Reward, error) {
 		return Reward{Name: "rlcr", Stated: true, Group: RLCR}, nil
 	},
+	"self_certainty": newSelfCertainty,
 }
 
 // NewReward builds the reward registered under a reward.method name; p is
@@ -147,18 +151,26 @@ func Binary(r, v []float64) {
 
 // Shaping is the optional reward shaping added on top of any reward (config
 // keys reward.format_weight, reward.overlong, reward.max_len,
-// reward.cache_len). The zero value adds nothing.
+// reward.cache_len, reward.self_certainty_weight). The zero value adds
+// nothing.
 type Shaping struct {
 	FormatWeight float64 // weight of the format verifier's score
 	Overlong     bool    // DAPO soft overlong punishment
 	MaxLen       int     // overlong: maximum completion length in tokens
 	CacheLen     int     // overlong: length of the soft band below MaxLen
+	// SelfCertaintyWeight weighs the completion's self-certainty
+	// (SelfCertainty), added to a verifier's reward: ConfClip plus
+	// self-certainty, say.
+	SelfCertaintyWeight float64
 }
 
 // Check reports a shaping whose numbers cannot be used.
 func (s Shaping) Check() error {
 	if !finite(s.FormatWeight) {
 		return errors.New("reward.format_weight must be finite")
+	}
+	if !finite(s.SelfCertaintyWeight) {
+		return errors.New("reward.self_certainty_weight must be finite")
 	}
 	if s.Overlong && (s.MaxLen <= 0 || s.CacheLen < 0 || s.CacheLen > s.MaxLen) {
 		return fmt.Errorf("reward.max_len = %d, reward.cache_len = %d: want 0 <= cache_len <= max_len and max_len > 0", s.MaxLen, s.CacheLen)
@@ -168,18 +180,22 @@ func (s Shaping) Check() error {
 
 // Apply adds the shaping terms to the rewards of a group:
 //
-//	r_i += format_weight * f_i + overlong(T_i),
+//	r_i += format_weight * f_i + overlong(T_i) + self_certainty_weight * sc_i,
 //
 // with f_i the format verifier's score (format may be nil when FormatWeight
-// is 0) and T_i the completion length in tokens (lengths may be nil when
-// Overlong is off).
-func (s Shaping) Apply(r, format []float64, lengths []int) {
+// is 0), T_i the completion length in tokens (lengths may be nil when
+// Overlong is off) and sc_i its self-certainty (sc may be nil when
+// SelfCertaintyWeight is 0).
+func (s Shaping) Apply(r, format []float64, lengths []int, sc []float64) {
 	for i := range r {
 		if s.FormatWeight != 0 {
 			r[i] += s.FormatWeight * clamp(format[i], 0, 1)
 		}
 		if s.Overlong {
 			r[i] += OverlongPenalty(lengths[i], s.MaxLen, s.CacheLen)
+		}
+		if s.SelfCertaintyWeight != 0 {
+			r[i] += s.SelfCertaintyWeight * sc[i]
 		}
 	}
 }

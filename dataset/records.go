@@ -82,7 +82,7 @@ const (
 )
 
 // Rollout is one sampled completion of a prompt, with every token's
-// log-probabilities. Logprobs, SamplingLogprobs and Entropies have one entry per
+// log-probabilities. Logprobs, SamplingLogprobs, Entropies and SelfCertainties have one entry per
 // completion token (len(Tokens)). Completions produced elsewhere may come with
 // Text only (no tokens, no log-probs); scoring then needs a model for
 // confidence-based rewards.
@@ -105,8 +105,12 @@ type Rollout struct {
 	Logprobs         []float64      `json:"logprobs,omitempty"`
 	SamplingLogprobs []float64      `json:"sampling_logprobs,omitempty"`
 	Entropies        []float64      `json:"entropies,omitempty"`
-	Finish           string         `json:"finish,omitempty"`
-	Timing           *Timing        `json:"timing,omitempty"`
+	// SelfCertainties are each position's KL(U || p), the model
+	// distribution against the uniform one over the vocabulary, nats
+	// (Intuitor's self-certainty; reward self_certainty).
+	SelfCertainties []float64 `json:"self_certainties,omitempty"`
+	Finish          string    `json:"finish,omitempty"`
+	Timing          *Timing   `json:"timing,omitempty"`
 	// TokenOffsets[i] is the byte offset in Text where token i's piece starts;
 	// it maps a verifier's answer span onto tokens (confidence scope "answer").
 	TokenOffsets []int `json:"token_offsets,omitempty"`
@@ -149,8 +153,12 @@ type Scored struct {
 	// (reward rlcr: the last <confidence>q</confidence>, q in [0, 1]); nil
 	// when it states none, or the reward reads none.
 	StatedConfidence *float64 `json:"stated_confidence,omitempty"`
-	Reward           float64  `json:"reward"`
-	Advantage        float64  `json:"advantage"`
+	// SelfCertainty is the completion's self-certainty, the mean of its
+	// tokens' SelfCertainties, when the reward reads it (reward
+	// self_certainty, reward.self_certainty_weight).
+	SelfCertainty *float64 `json:"self_certainty,omitempty"`
+	Reward        float64  `json:"reward"`
+	Advantage     float64  `json:"advantage"`
 }
 
 // Provenance says where a training example came from.

@@ -125,6 +125,7 @@ func armConfig(cfg pipeline.Config, model, base string, arm pipeline.Arm, seed u
 	c := cfg
 	c.Model.Path = model
 	c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
+	c.Reward.SelfCertaintyWeight = arm.SelfCertaintyWeight
 	c.Rollout.Seed, c.Train.Seed = seed, seed
 	c.Run.Out = filepath.Join(base, arm.Name, fmt.Sprintf("seed-%d", seed))
 	// A run records its own arm and seed, not the grid's: an experiment

@@ -9,7 +9,7 @@ package llama
 #include "llama.h"
 
 typedef struct {
-	double  max, sum, dot;
+	double  max, sum, dot, mean;
 	int32_t argmax, support, bad, pad;
 } confclip_logit_row;
 
@@ -81,7 +81,8 @@ static void confclip_exp_all(const double * d, double * e, int n) {
 // indices idx) on the context's OpenMP team: for each row the largest logit
 // and its token (lowest id on ties), S = sum exp(x - max), D = sum exp(x -
 // max) (x - max) over the tokens where exp(x - max) > 0, how many those are,
-// and the index of the first NaN or +Inf (bad, -1 when none; -2 when no
+// the mean of x - max over every token (-Inf when a logit is -Inf), and the
+// index of the first NaN or +Inf (bad, -1 when none; -2 when no
 // logit is finite). With w != NULL, row r's exp(x - max) go to w[r*n_vocab
 // ...]. Exponentials are confclip_exp's, in double precision, within two
 // ulps of Go's math.Exp. Returns the index into idx of a row llama.cpp
@@ -107,7 +108,7 @@ static int confclip_logit_rows(struct llama_context * ctx, const int32_t * idx, 
 	#pragma omp parallel for num_threads(nth) schedule(static)
 	for (int r = 0; r < n; r++) {
 		const float * x = rows[r];
-		confclip_logit_row o = { .max = 0, .sum = 0, .dot = 0, .argmax = -1, .support = 0, .bad = -1 };
+		confclip_logit_row o = { .max = 0, .sum = 0, .dot = 0, .mean = 0, .argmax = -1, .support = 0, .bad = -1 };
 		float m = -INFINITY;
 		for (int t = 0; t < n_vocab; t++) {
 			if (!(x[t] <= 3.40282346638528859811704183484516925440e+38f)) { o.bad = t; break; }
@@ -116,7 +117,7 @@ static int confclip_logit_rows(struct llama_context * ctx, const int32_t * idx, 
 		if (o.bad < 0 && o.argmax < 0) o.bad = -2;
 		if (o.bad == -1) {
 			const double mf = m;
-			double sum = 0, dot = 0;
+			double sum = 0, dot = 0, all = 0;
 			int support = 0;
 			double * wr = w ? w + (size_t) r * n_vocab : NULL;
 			double d[512], eb[512];
@@ -127,10 +128,11 @@ static int confclip_logit_rows(struct llama_context * ctx, const int32_t * idx, 
 				confclip_exp_all(d, e, nn);
 				// in token order, as sampler.Scan adds them
 				for (int j = 0; j < nn; j++) {
+					all += d[j];
 					if (e[j] > 0) { sum += e[j]; dot += e[j] * d[j]; support++; }
 				}
 			}
-			o.max = mf; o.sum = sum; o.dot = dot; o.support = support;
+			o.max = mf; o.sum = sum; o.dot = dot; o.mean = all / n_vocab; o.support = support;
 		}
 		out[r] = o;
 	}
@@ -147,12 +149,14 @@ import (
 
 // LogitRow summarises one row of logits for sampling and scoring: with
 // e_t = exp(x_t - Max), Sum = Σ e_t and Dot = Σ e_t (x_t - Max) over the
-// Support tokens whose e_t > 0. Bad is the index of the first NaN or +Inf
-// logit (-1 when none, -2 when no logit is finite); the other fields are
-// then unset.
+// Support tokens whose e_t > 0, and Mean = (1/V) Σ (x_t - Max) over all V
+// tokens (-Inf when a logit is -Inf). Bad is the index of the first NaN or
+// +Inf logit (-1 when none, -2 when no logit is finite); the other fields
+// are then unset.
 type LogitRow struct {
 	Max      float64
 	Sum, Dot float64
+	Mean     float64
 	Argmax   int32
 	Support  int32
 	Bad      int32
@@ -195,7 +199,7 @@ func (c *Context) LogitRows(idx []int32, w []float64) ([]LogitRow, error) {
 	}
 	out := make([]LogitRow, len(rows))
 	for i, r := range rows {
-		out[i] = LogitRow{Max: float64(r.max), Sum: float64(r.sum), Dot: float64(r.dot),
+		out[i] = LogitRow{Max: float64(r.max), Sum: float64(r.sum), Dot: float64(r.dot), Mean: float64(r.mean),
 			Argmax: int32(r.argmax), Support: int32(r.support), Bad: int32(r.bad)}
 	}
 	return out, nil

@@ -57,8 +57,8 @@ func TestLogitRows(t *testing.T) {
 			if got.Bad != -1 || got.Max != st.Max || got.Argmax != st.Argmax || int(got.Support) != st.Support {
 				t.Fatalf("threads %d, row %d: %+v, Scan %+v", threads, i, got, st)
 			}
-			if rel(got.Sum, st.Sum) > 1e-14 || rel(got.Dot, st.Dot) > 1e-14 {
-				t.Fatalf("threads %d, row %d: sums %v %v, Scan %v %v", threads, i, got.Sum, got.Dot, st.Sum, st.Dot)
+			if rel(got.Sum, st.Sum) > 1e-14 || rel(got.Dot, st.Dot) > 1e-14 || got.Mean != st.Mean {
+				t.Fatalf("threads %d, row %d: sums %v %v, mean %v; Scan %v %v, %v", threads, i, got.Sum, got.Dot, got.Mean, st.Sum, st.Dot, st.Mean)
 			}
 			for k, e := range w[r*nv : (r+1)*nv] {
 				if rel(e, gw[k]) > 1e-15 {

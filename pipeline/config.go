@@ -108,7 +108,7 @@ type RunConfig struct {
 // ExperimentConfig is the grid of `confclip experiment`: every arm with
 // every seed, from each start (model.path when Starts is empty).
 type ExperimentConfig struct {
-	Arms  []string `toml:"arms"`  // binary_grpo, confclip_grpo, confclip_dr_grpo, binary_dr_grpo, confclip_rloo, rlcr_grpo
+	Arms  []string `toml:"arms"`  // names of Arms
 	Seeds []uint64 `toml:"seeds"` // rollout and adapter seeds
 	// Starts are the pre-trained models the grid is run from: pre-training
 	// seeds (each pre-trained on Corpus with the Pretrain* settings, cached
@@ -235,6 +235,9 @@ type Arm struct {
 	Reward    string // reward.method
 	Advantage string // advantage.estimator
 	Scale     string // advantage.scale
+	// SelfCertaintyWeight is reward.self_certainty_weight (0 in every arm
+	// but the one that adds self-certainty to ConfClip).
+	SelfCertaintyWeight float64
 }
 
 // Arms are the arms `confclip experiment` knows by name. ConfClip with GRPO
@@ -243,15 +246,23 @@ type Arm struct {
 // advantages and collapse (docs/method.md, "Our reading: ConfClip with
 // GRPO's std"); confclip_grpo_group is that variant, kept for comparison.
 var Arms = []Arm{
-	{"binary_grpo", "binary", "grpo", "group"},
-	{"confclip_grpo", "confclip", "grpo", "batch"},
-	{"confclip_grpo_group", "confclip", "grpo", "group"},
-	{"binary_grpo_batch", "binary", "grpo", "batch"},
-	{"confclip_dr_grpo", "confclip", "dr_grpo", "group"},
-	{"binary_dr_grpo", "binary", "dr_grpo", "group"},
-	{"confclip_rloo", "confclip", "rloo", "group"},
-	{"rlcr_grpo", "rlcr", "grpo", "group"},
+	{"binary_grpo", "binary", "grpo", "group", 0},
+	{"confclip_grpo", "confclip", "grpo", "batch", 0},
+	{"confclip_grpo_group", "confclip", "grpo", "group", 0},
+	{"binary_grpo_batch", "binary", "grpo", "batch", 0},
+	{"confclip_dr_grpo", "confclip", "dr_grpo", "group", 0},
+	{"binary_dr_grpo", "binary", "dr_grpo", "group", 0},
+	{"confclip_rloo", "confclip", "rloo", "group", 0},
+	{"rlcr_grpo", "rlcr", "grpo", "group", 0},
+	{"self_certainty_grpo", "self_certainty", "grpo", "group", 0},
+	{"confclip_sc_grpo", "confclip", "grpo", "batch", ConfClipSCWeight},
 }
+
+// ConfClipSCWeight is the self-certainty weight of arm confclip_sc_grpo:
+// small beside ConfClip's rewards (about [-0.95, 0.95]), so that
+// self-certainty orders the completions ConfClip scores alike rather than
+// override the verdict; the experiment measures what it does.
+const ConfClipSCWeight = 0.1
 
 // ArmByName is the arm of Arms with that name.
 func ArmByName(name string) (Arm, error) {

@@ -232,6 +232,7 @@ var checks = []check{
 	inRange("reward.eps", func(c Config) float64 { return c.Reward.Eps }, 0, 1, "want a half-width in [0, 1]"),
 	inRange("reward.lambda", func(c Config) float64 { return c.Reward.Lambda }, 0, math.MaxFloat64, "want 0 or more"),
 	inRange("reward.format_weight", func(c Config) float64 { return c.Reward.FormatWeight }, 0, math.MaxFloat64, "want 0 (off) or more"),
+	inRange("reward.self_certainty_weight", func(c Config) float64 { return c.Reward.SelfCertaintyWeight }, 0, math.MaxFloat64, "want 0 (off) or more"),
 	wrap("reward.format_pattern", "a regular expression (Go syntax), or empty", func(c Config) error {
 		if c.Reward.FormatPattern == "" {
 			return nil

@@ -340,7 +340,7 @@ type sequence struct {
 	next     llama.Token // sampled, not yet decoded
 	toks     []int32
 	lp, slp  []float64
-	ent      []float64
+	ent, sc  []float64
 	top      [][]dataset.TopLogprob // with group.top > 0
 	text     *textBuilder
 	promptMS float64
@@ -784,7 +784,7 @@ func rowStats(logits []float32, row llama.LogitRow) (sampler.Stats, error) {
 		}
 		return sampler.Stats{}, fmt.Errorf("logits row: %w", sampler.ErrBadLogits)
 	}
-	return sampler.Stats{Max: row.Max, Argmax: row.Argmax, Sum: row.Sum, Dot: row.Dot, Support: int(row.Support)}, nil
+	return sampler.Stats{Max: row.Max, Argmax: row.Argmax, Sum: row.Sum, Dot: row.Dot, Mean: row.Mean, Support: int(row.Support)}, nil
 }
 
 // pinThread locks the calling goroutine to its OS thread for a decode loop
@@ -809,6 +809,7 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 	q.lp = append(q.lp, ch.LogProb)
 	q.slp = append(q.slp, ch.SamplingLogProb)
 	q.ent = append(q.ent, ch.Entropy)
+	q.sc = append(q.sc, ch.SelfCertainty)
 	if q.g.top > 0 {
 		alts, err := e.topOf(d.top)
 		if err != nil {
@@ -826,7 +827,7 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 		finish = dataset.FinishStop
 	case stopAt >= 0:
 		keep := q.text.cutAt(stopAt)
-		q.toks, q.lp, q.slp, q.ent = q.toks[:keep], q.lp[:keep], q.slp[:keep], q.ent[:keep]
+		q.toks, q.lp, q.slp, q.ent, q.sc = q.toks[:keep], q.lp[:keep], q.slp[:keep], q.ent[:keep], q.sc[:keep]
 		if q.top != nil {
 			q.top = q.top[:keep]
 		}
@@ -852,7 +853,7 @@ func (e *Engine) step(c *llama.Context, slots []*sequence, d draw, now time.Time
 		Schema: dataset.SchemaRollout, PromptID: g.p.ID, Prompt: g.rendered, Answer: g.p.Answer, Verifier: g.p.Verifier,
 		Messages: g.p.Messages, Meta: g.p.Meta,
 		Sample: q.sample, Seed: g.seed, PromptTokens: g.toks, Tokens: q.toks, Text: text,
-		Logprobs: q.lp, SamplingLogprobs: q.slp, Entropies: q.ent, Finish: finish, TokenOffsets: offsets,
+		Logprobs: q.lp, SamplingLogprobs: q.slp, Entropies: q.ent, SelfCertainties: q.sc, Finish: finish, TokenOffsets: offsets,
 		TopLogprobs: q.top,
 	}
 	if !e.o.NoTiming {

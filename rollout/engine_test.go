@@ -63,9 +63,9 @@ var tinyPrompts = []dataset.Prompt{
 func checkRecord(t *testing.T, m *llama.Model, r dataset.Rollout, maxTokens int) {
 	t.Helper()
 	n := len(r.Tokens)
-	if n == 0 || n > maxTokens || len(r.Logprobs) != n || len(r.SamplingLogprobs) != n || len(r.Entropies) != n || len(r.TokenOffsets) != n {
-		t.Fatalf("%s/%d: %d tokens, %d logprobs, %d sampling, %d entropies, %d offsets", r.PromptID, r.Sample,
-			n, len(r.Logprobs), len(r.SamplingLogprobs), len(r.Entropies), len(r.TokenOffsets))
+	if n == 0 || n > maxTokens || len(r.Logprobs) != n || len(r.SamplingLogprobs) != n || len(r.Entropies) != n || len(r.SelfCertainties) != n || len(r.TokenOffsets) != n {
+		t.Fatalf("%s/%d: %d tokens, %d logprobs, %d sampling, %d entropies, %d self-certainties, %d offsets", r.PromptID, r.Sample,
+			n, len(r.Logprobs), len(r.SamplingLogprobs), len(r.Entropies), len(r.SelfCertainties), len(r.TokenOffsets))
 	}
 	if !utf8.ValidString(r.Text) {
 		t.Fatalf("%s/%d: text is not valid UTF-8: %q", r.PromptID, r.Sample, r.Text)
@@ -76,8 +76,8 @@ func checkRecord(t *testing.T, m *llama.Model, r dataset.Rollout, maxTokens int)
 		}
 	}
 	for i, lp := range r.Logprobs {
-		if !(lp <= 0) || !(r.Entropies[i] >= 0) {
-			t.Fatalf("%s/%d: token %d logprob %v entropy %v", r.PromptID, r.Sample, i, lp, r.Entropies[i])
+		if !(lp <= 0) || !(r.Entropies[i] >= 0) || !(r.SelfCertainties[i] >= -1e-12) { // KL(U || p) >= 0
+			t.Fatalf("%s/%d: token %d logprob %v entropy %v self-certainty %v", r.PromptID, r.Sample, i, lp, r.Entropies[i], r.SelfCertainties[i])
 		}
 	}
 	last := r.Tokens[n-1]
@@ -99,8 +99,8 @@ func checkRecord(t *testing.T, m *llama.Model, r dataset.Rollout, maxTokens int)
 }
 
 // forceCopies teacher-forces copies of the records that keep only the prompt
-// and completion tokens, and returns the largest log-prob and entropy
-// differences from the recorded ones.
+// and completion tokens, and returns the largest log-prob and entropy (or
+// self-certainty) differences from the recorded ones.
 func forceCopies(t *testing.T, e *rollout.Engine, recs []dataset.Rollout) (dlp, dent float64) {
 	t.Helper()
 	cp := make([]*dataset.Rollout, len(recs))
@@ -113,12 +113,13 @@ func forceCopies(t *testing.T, e *rollout.Engine, recs []dataset.Rollout) (dlp, 
 	}
 	for i, r := range recs {
 		f := cp[i]
-		if len(f.Logprobs) != len(r.Logprobs) || len(f.Entropies) != len(r.Tokens) {
+		if len(f.Logprobs) != len(r.Logprobs) || len(f.Entropies) != len(r.Tokens) || len(f.SelfCertainties) != len(r.Tokens) {
 			t.Fatalf("%s/%d: %d forced log-probs for %d tokens", r.PromptID, r.Sample, len(f.Logprobs), len(r.Tokens))
 		}
 		for k := range r.Logprobs {
 			dlp = math.Max(dlp, math.Abs(f.Logprobs[k]-r.Logprobs[k]))
 			dent = math.Max(dent, math.Abs(f.Entropies[k]-r.Entropies[k]))
+			dent = math.Max(dent, math.Abs(f.SelfCertainties[k]-r.SelfCertainties[k]))
 		}
 		if f.Text != r.Text {
 			t.Fatalf("%s/%d: text changed by teacher forcing: %q -> %q", r.PromptID, r.Sample, r.Text, f.Text)

@@ -18,12 +18,13 @@ type forced struct {
 	fed    int           // tokens decoded so far
 	slot   int
 	lp, en []float64
+	sc     []float64
 }
 
-// TeacherForce computes the model log-probability and entropy of every
-// completion token of the records, as the engine would have recorded them
-// while sampling those tokens: it fills PromptTokens, Tokens, Logprobs,
-// Entropies and TokenOffsets (and Text, when a record has tokens and no
+// TeacherForce computes the model log-probability, entropy and
+// self-certainty of every completion token of the records, as the engine
+// would have recorded them while sampling those tokens: it fills
+// PromptTokens, Tokens, Logprobs, Entropies, SelfCertainties and TokenOffsets (and Text, when a record has tokens and no
 // text).
 //
 // A record's prompt tokens are PromptTokens, or else Prompt tokenized with
@@ -80,7 +81,7 @@ func (e *Engine) TeacherForce(ctx context.Context, recs []*dataset.Rollout) erro
 		}
 		r.PromptTokens = f.toks[:f.np:f.np]
 		r.Tokens = f.toks[f.np:]
-		r.Logprobs, r.Entropies, r.TokenOffsets = f.lp, f.en, offsets
+		r.Logprobs, r.Entropies, r.SelfCertainties, r.TokenOffsets = f.lp, f.en, f.sc, offsets
 	}
 	return nil
 }
@@ -117,7 +118,7 @@ func (e *Engine) forcedRecord(r *dataset.Rollout) (*forced, error) {
 			return nil, fmt.Errorf("token %d (index %d) outside the vocabulary of %d", t, i, nv)
 		}
 	}
-	return &forced{r: r, toks: toks, np: len(prompt), lp: make([]float64, len(comp)), en: make([]float64, len(comp))}, nil
+	return &forced{r: r, toks: toks, np: len(prompt), lp: make([]float64, len(comp)), en: make([]float64, len(comp)), sc: make([]float64, len(comp))}, nil
 }
 
 // force runs the records through the model, packing as many sequences into
@@ -191,15 +192,15 @@ func (e *Engine) force(ctx context.Context, queue []*forced) error {
 				return err
 			}
 			k := o.pos + 1 - o.f.np
-			var lp, en float64
+			var ch sampler.Choice
 			st, err := rowStats(logits, rows[j])
 			if err == nil {
-				lp, en, err = sampler.LogSoftmaxScanned(logits, o.f.toks[o.pos+1], st)
+				ch, err = sampler.ForcedChoice(logits, o.f.toks[o.pos+1], st)
 			}
 			if err != nil {
 				return fmt.Errorf("prompt %q sample %d, token %d: %w", o.f.r.PromptID, o.f.r.Sample, k+1, err)
 			}
-			o.f.lp[k], o.f.en[k] = lp, en
+			o.f.lp[k], o.f.en[k], o.f.sc[k] = ch.LogProb, ch.Entropy, ch.SelfCertainty
 		}
 		kept := inflight[:0]
 		for _, f := range inflight {

@@ -5,7 +5,9 @@
 //     temperature 1, before any truncation;
 //   - the sampling log-probability s: under the distribution actually sampled
 //     from, after truncation and temperature, renormalised (0 for greedy);
-//   - the entropy H (nats) of the model distribution.
+//   - the entropy H (nats) of the model distribution;
+//   - its self-certainty KL(U || p) (nats), against the uniform distribution
+//     over the vocabulary (Intuitor, arXiv 2505.19590).
 //
 // The truncation order follows llama.cpp's common sampler chain: top-k, then
 // top-p, then min-p, each on the distribution left by the one before
@@ -57,6 +59,9 @@ type Choice struct {
 	LogProb         float64 // model log-probability (raw logits, temperature 1)
 	SamplingLogProb float64 // log-probability under the distribution sampled from
 	Entropy         float64 // entropy of the model distribution, nats
+	// SelfCertainty is KL(U || p) of the model distribution p against the
+	// uniform U over the vocabulary, nats (Intuitor's per-token term).
+	SelfCertainty float64
 }
 
 // ErrBadLogits is wrapped by the errors for rows that define no distribution:
@@ -176,7 +181,7 @@ func (s *Sampler) SampleScanned(logits []float32, w []float64, st Stats, rng *RN
 		return Choice{}, top, fmt.Errorf("sampler: %d weights for %d logits", len(w), len(logits))
 	}
 	s.grow(len(logits))
-	r := st.row()
+	r := st.row(len(logits))
 	c := s.sampleRow(logits, w, r, rng)
 	return c, s.appendTop(top, logits, r, k), nil
 }
@@ -222,25 +227,34 @@ func LogSoftmaxAt(logits []float32, tok int32) (logprob, entropy float64, err er
 
 // LogSoftmaxScanned is LogSoftmaxAt for a row whose Stats are known.
 func LogSoftmaxScanned(logits []float32, tok int32, st Stats) (logprob, entropy float64, err error) {
+	c, err := ForcedChoice(logits, tok, st)
+	return c.LogProb, c.Entropy, err
+}
+
+// ForcedChoice is what Sample reports for token tok of a row whose Stats
+// are known, without drawing: its model log-probability, the row's entropy
+// and self-certainty (SamplingLogProb 0). Teacher forcing uses it.
+func ForcedChoice(logits []float32, tok int32, st Stats) (Choice, error) {
 	if tok < 0 || int(tok) >= len(logits) {
-		return 0, 0, fmt.Errorf("sampler: token %d outside the vocabulary of %d", tok, len(logits))
+		return Choice{}, fmt.Errorf("sampler: token %d outside the vocabulary of %d", tok, len(logits))
 	}
 	if err := st.check(logits); err != nil {
-		return 0, 0, err
+		return Choice{}, err
 	}
-	c := st.row().choice(logits, tok, 0)
-	return c.LogProb, c.Entropy, nil
+	return st.row(len(logits)).choice(logits, tok, 0), nil
 }
 
 // Stats summarise a row of logits x: its largest value Max and that
 // token (the lowest id on ties), and with e_i = exp(x_i - Max) over the
-// Support tokens where e_i > 0, Sum = Σ e_i and Dot = Σ e_i (x_i - Max).
-// Every log-probability and the entropy follow from them.
+// Support tokens where e_i > 0, Sum = Σ e_i and Dot = Σ e_i (x_i - Max);
+// Mean = (1/V) Σ (x_i - Max) over all V tokens. Every log-probability, the
+// entropy and the self-certainty follow from them.
 type Stats struct {
 	Max     float64
 	Argmax  int32
 	Sum     float64
 	Dot     float64
+	Mean    float64
 	Support int
 }
 
@@ -260,18 +274,22 @@ func (st Stats) check(logits []float32) error {
 	return nil
 }
 
-// row adds what every choice needs: log S and the entropy
-// H = -Σ p_i log p_i = log S - Dot / S, with p_i = e_i / S.
-func (st Stats) row() rowStats {
+// row adds what every choice needs: log S, the entropy
+// H = -Σ p_i log p_i = log S - Dot / S, with p_i = e_i / S, and the
+// self-certainty KL(U || p) = -log V - (1/V) Σ log p_i = log S - Mean - log V
+// (log p_i = x_i - Max - log S).
+func (st Stats) row(vocab int) rowStats {
 	logSum := math.Log(st.Sum)
-	return rowStats{Stats: st, logSum: logSum, entropy: logSum - st.Dot/st.Sum}
+	return rowStats{Stats: st, logSum: logSum, entropy: logSum - st.Dot/st.Sum,
+		selfCertainty: logSum - st.Mean - math.Log(float64(vocab))}
 }
 
 // rowStats are a row's Stats with log S and the entropy.
 type rowStats struct {
 	Stats
-	logSum  float64 // log(Sum): log-softmax(x)_i = x_i - Max - logSum
-	entropy float64 // of the softmax, nats
+	logSum        float64 // log(Sum): log-softmax(x)_i = x_i - Max - logSum
+	entropy       float64 // of the softmax, nats
+	selfCertainty float64 // KL(uniform || softmax), nats
 }
 
 // scan computes the row's statistics, storing exp(logit - max) into w when w
@@ -290,7 +308,7 @@ func scan(logits []float32, w []float64) (rowStats, error) {
 		return rowStats{}, fmt.Errorf("sampler: %d logits, none finite: %w", len(logits), ErrBadLogits)
 	}
 	mf := float64(m)
-	var sum, dot float64
+	var sum, dot, all float64
 	support := 0
 	for i, x := range logits {
 		d := float64(x) - mf
@@ -298,13 +316,14 @@ func scan(logits []float32, w []float64) (rowStats, error) {
 		if w != nil {
 			w[i] = e
 		}
+		all += d
 		if e > 0 { // skips -Inf, whose d*e would be NaN
 			sum += e
 			dot += e * d
 			support++
 		}
 	}
-	return Stats{Max: mf, Argmax: int32(arg), Sum: sum, Dot: dot, Support: support}.row(), nil
+	return Stats{Max: mf, Argmax: int32(arg), Sum: sum, Dot: dot, Mean: all / float64(len(logits)), Support: support}.row(len(logits)), nil
 }
 
 func (r rowStats) choice(logits []float32, tok int32, samplingLogProb float64) Choice {
@@ -313,6 +332,7 @@ func (r rowStats) choice(logits []float32, tok int32, samplingLogProb float64) C
 		LogProb:         float64(logits[tok]) - r.Max - r.logSum,
 		SamplingLogProb: samplingLogProb,
 		Entropy:         r.entropy,
+		SelfCertainty:   r.selfCertainty,
 	}
 }
 

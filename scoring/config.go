@@ -41,6 +41,9 @@ type RewardConfig struct {
 	Overlong      bool    `toml:"overlong"`       // DAPO soft overlong punishment
 	MaxLen        int     `toml:"max_len"`        // overlong: maximum length
 	CacheLen      int     `toml:"cache_len"`      // overlong: soft band length
+	// SelfCertaintyWeight adds this times the completion's self-certainty
+	// to the reward (0 = off).
+	SelfCertaintyWeight float64 `toml:"self_certainty_weight"`
 }
 
 // AdvantageConfig is the advantage estimator (METHOD.md "Advantages").

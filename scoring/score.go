@@ -39,8 +39,9 @@ type Options struct {
 	SkipBad bool
 	// Workers bounds the verifications run at once; 0 means GOMAXPROCS.
 	Workers int
-	// TeacherForce, when set, fills Tokens, Logprobs, Entropies and
-	// TokenOffsets of records that came without log-probs (completions
+	// TeacherForce, when set, fills Tokens, Logprobs, Entropies,
+	// SelfCertainties and TokenOffsets of records that came without
+	// log-probs (or self-certainties a reward reads: completions
 	// produced elsewhere) by running a model over them. Without it a reward
 	// that needs confidence rejects such records.
 	TeacherForce func(ctx context.Context, recs []*dataset.Rollout) error
@@ -282,7 +283,8 @@ func newScorer(opts Options) (*scorer, error) {
 	if opts.Shard.Enabled() && opts.Advantage.Scale == confclip.ScaleBatch {
 		return nil, fmt.Errorf("advantage.scale %q needs every group's rewards, so it cannot be scored in shards", confclip.ScaleBatch)
 	}
-	s.shaping = confclip.Shaping{FormatWeight: rc.FormatWeight, Overlong: rc.Overlong, MaxLen: rc.MaxLen, CacheLen: rc.CacheLen}
+	s.shaping = confclip.Shaping{FormatWeight: rc.FormatWeight, Overlong: rc.Overlong, MaxLen: rc.MaxLen, CacheLen: rc.CacheLen,
+		SelfCertaintyWeight: rc.SelfCertaintyWeight}
 	if err := s.shaping.Check(); err != nil {
 		return nil, err
 	}
@@ -376,6 +378,9 @@ func (s *scorer) check(sr *scoreRecord) (kind string, err error) {
 	if s.reward.NeedsConfidence && !s.hasConfidenceInput(r) && s.opts.TeacherForce == nil {
 		return badLogprobs, s.noLogprobs(r)
 	}
+	if s.needsSelfCertainty() && len(r.SelfCertainties) == 0 && s.opts.TeacherForce == nil {
+		return badLogprobs, s.noSelfCertainties(r)
+	}
 	sr.verifier = r.Verifier
 	if sr.verifier == "" {
 		sr.verifier = s.opts.Verifier.Name
@@ -401,6 +406,18 @@ func (s *scorer) noLogprobs(r *dataset.Rollout) error {
 	return fmt.Errorf("prompt %q sample %d has no %s; the %s reward needs the confidence %s reads: "+
 		"teacher-force the completions with a model (--model) or use the binary reward",
 		r.PromptID, r.Sample, what, s.reward.Name, s.estimator.Name)
+}
+
+// needsSelfCertainty reports whether the reward reads the completions'
+// self-certainties: reward.method self_certainty, or a
+// reward.self_certainty_weight.
+func (s *scorer) needsSelfCertainty() bool {
+	return s.reward.SelfCertainty || s.shaping.SelfCertaintyWeight != 0
+}
+
+func (s *scorer) noSelfCertainties(r *dataset.Rollout) error {
+	return fmt.Errorf("prompt %q sample %d has no self-certainties (a rollout of confclip's records them); "+
+		"the %s reward reads them: teacher-force the completions with a model (--model)", r.PromptID, r.Sample, s.reward.Name)
 }
 
 // hasConfidenceInput reports whether the record carries what the estimator reads.
@@ -471,7 +488,7 @@ func checkTokens(r *dataset.Rollout) error {
 	for _, a := range []struct {
 		name string
 		len  int
-	}{{"tokens", len(r.Tokens)}, {"logprobs", len(r.Logprobs)}, {"sampling_logprobs", len(r.SamplingLogprobs)}, {"entropies", len(r.Entropies)}, {"token_offsets", len(r.TokenOffsets)}} {
+	}{{"tokens", len(r.Tokens)}, {"logprobs", len(r.Logprobs)}, {"sampling_logprobs", len(r.SamplingLogprobs)}, {"entropies", len(r.Entropies)}, {"self_certainties", len(r.SelfCertainties)}, {"token_offsets", len(r.TokenOffsets)}} {
 		if a.len != 0 && a.len != n {
 			return fmt.Errorf("%s has %d entries but the completion has %d tokens", a.name, a.len, n)
 		}
@@ -511,7 +528,8 @@ func (s *scorer) teacherForce(ctx context.Context, recs []*scoreRecord) (int, er
 	for _, sr := range recs {
 		// Records without token ids (log-probs from another server) are
 		// tokenized too, so that they can be exported.
-		if len(sr.rec.Logprobs) == 0 || !s.hasConfidenceInput(&sr.rec) || len(sr.rec.Tokens) == 0 || len(sr.rec.PromptTokens) == 0 {
+		if len(sr.rec.Logprobs) == 0 || !s.hasConfidenceInput(&sr.rec) || len(sr.rec.Tokens) == 0 || len(sr.rec.PromptTokens) == 0 ||
+			s.needsSelfCertainty() && len(sr.rec.SelfCertainties) == 0 {
 			need = append(need, &sr.rec)
 			srs = append(srs, sr)
 		}
@@ -525,6 +543,9 @@ func (s *scorer) teacherForce(ctx context.Context, recs []*scoreRecord) (int, er
 	for _, sr := range srs {
 		if err := checkTokens(&sr.rec); err != nil {
 			return 0, s.lineError(sr, fmt.Errorf("after teacher forcing: %w", err))
+		}
+		if s.needsSelfCertainty() && len(sr.rec.SelfCertainties) == 0 {
+			return 0, s.lineError(sr, s.noSelfCertainties(&sr.rec))
 		}
 		if s.reward.NeedsConfidence && !s.hasConfidenceInput(&sr.rec) {
 			return 0, s.lineError(sr, s.noLogprobs(&sr.rec))
@@ -697,6 +718,10 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 	for gi, g := range groups {
 		n := len(g)
 		v, c, format, lengths := make([]float64, n), make([]float64, n), make([]float64, n), make([]int, n)
+		var certainty []float64 // self-certainties, when the reward reads them
+		if s.needsSelfCertainty() {
+			certainty = make([]float64, n)
+		}
 		truncated := make([]bool, n)
 		for j, sr := range g {
 			sc := s.scored(sr)
@@ -710,6 +735,13 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 					c[j], sc.StatedConfidence = q, &q
 				}
 			}
+			if certainty != nil {
+				k := confclip.SelfCertainty(sr.rec.SelfCertainties)
+				certainty[j], sc.SelfCertainty = k, &k
+				if s.reward.SelfCertainty {
+					c[j] = k
+				}
+			}
 			lengths[j] = tokenCount(&sr.rec)
 			truncated[j] = sr.rec.Finish == dataset.FinishLength
 			if hasConfidenceInput(&sr.rec, s.estimator.NeedsEntropies) && sc.ConfidenceScope != o.Confidence.Scope {
@@ -718,7 +750,7 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 		}
 		r, a := make([]float64, n), make([]float64, n)
 		s.reward.Group(r, v, c)
-		s.shaping.Apply(r, format, lengths)
+		s.shaping.Apply(r, format, lengths, certainty)
 		s.advantage(a, r)
 		if o.Advantage.MaskTruncated {
 			confclip.MaskTruncated(a, truncated)

@@ -485,3 +485,69 @@ func TestScoreRLCR(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreSelfCertainty: reward self_certainty is each completion's mean
+// recorded self-certainty, whatever the verdict; a weight adds it to
+// another reward; a record without self-certainties is refused, naming its
+// line, unless teacher forcing fills them in.
+func TestScoreSelfCertainty(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	rec := func(sample int, text string, sc ...float64) dataset.Rollout {
+		r := textOnly("g", sample, text, "4")
+		r.Tokens, r.Logprobs, r.SelfCertainties = make([]int32, len(sc)), make([]float64, len(sc)), sc
+		for i := range r.Logprobs {
+			r.Logprobs[i] = math.Log(0.5)
+		}
+		return r
+	}
+	writeJSONL(t, in, rec(0, "x = 4", 0.5, 1.5), rec(1, "x = 5", 3))
+
+	o := testOptions(in, filepath.Join(dir, "sc.jsonl"))
+	o.Reward.Method = "self_certainty"
+	if _, err := scoring.Score(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	for i, sc := range readScored(t, o.Out) {
+		want := []float64{1, 3}[i] // the wrong answer is the more certain
+		if sc.Reward != want || sc.SelfCertainty == nil || *sc.SelfCertainty != want {
+			t.Errorf("sample %d: reward %v, self-certainty %v; want %v", i, sc.Reward, sc.SelfCertainty, want)
+		}
+	}
+
+	// ConfClip plus 0.1 x self-certainty: confidence 0.5 (absolute clip
+	// [0.2, 0.95]), r = 0.5 + 0.1 and -0.5 + 0.3.
+	o = testOptions(in, filepath.Join(dir, "cc.jsonl"))
+	o.Reward.SelfCertaintyWeight = 0.1
+	if _, err := scoring.Score(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	for i, sc := range readScored(t, o.Out) {
+		if want := []float64{0.6, -0.2}[i]; math.Abs(sc.Reward-want) > 1e-12 {
+			t.Errorf("confclip + self-certainty, sample %d: reward %v, want %v", i, sc.Reward, want)
+		}
+	}
+
+	bare := filepath.Join(dir, "bare.jsonl")
+	writeJSONL(t, bare, rec(0, "x = 4", 0.5), textOnly("g", 1, "x = 5", "4"))
+	o = testOptions(bare, filepath.Join(dir, "bare-out.jsonl"))
+	o.Reward.Method = "self_certainty"
+	_, err := scoring.Score(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), bare+":2:") || !strings.Contains(err.Error(), "no self-certainties") {
+		t.Errorf("a record without self-certainties: err = %v, want %s:2: ... no self-certainties", err, bare)
+	}
+	assertNoOutput(t, o.Out)
+	o.TeacherForce = func(_ context.Context, recs []*dataset.Rollout) error {
+		for _, r := range recs {
+			r.Tokens, r.PromptTokens = []int32{7}, []int32{1}
+			r.TokenOffsets, r.Logprobs, r.Entropies, r.SelfCertainties = []int{0}, []float64{-1}, []float64{1}, []float64{2}
+		}
+		return nil
+	}
+	if _, err := scoring.Score(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	if got := readScored(t, o.Out); got[1].Reward != 2 {
+		t.Errorf("teacher-forced record: reward %v, want its self-certainty 2", got[1].Reward)
+	}
+}

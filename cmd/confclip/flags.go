@@ -131,6 +131,7 @@ func rewardFlags() []cli.Flag {
 		floatOpt("hi", nil, "upper clip of the absolute weight ([reward] hi)", func(c *pipeline.Config) *float64 { return &c.Reward.Hi }),
 		floatOpt("eps", nil, "half-width of the relative band ([reward] eps)", func(c *pipeline.Config) *float64 { return &c.Reward.Eps }),
 		floatOpt("format-weight", nil, "weight of the format score added to the reward ([reward] format_weight)", func(c *pipeline.Config) *float64 { return &c.Reward.FormatWeight }),
+		floatOpt("self-certainty-weight", nil, "weight of the completion's self-certainty added to the reward ([reward] self_certainty_weight)", func(c *pipeline.Config) *float64 { return &c.Reward.SelfCertaintyWeight }),
 		stringOpt("format-pattern", nil, "regular expression of the format score ([reward] format_pattern)", func(c *pipeline.Config) *string { return &c.Reward.FormatPattern }),
 		stringOpt("advantage", nil, "grpo, dr_grpo, rloo or none ([advantage] estimator)", func(c *pipeline.Config) *string { return &c.Advantage.Estimator }),
 		stringOpt("confidence", nil, "geo_mean, arith_mean, min or neg_entropy ([confidence] estimator)", func(c *pipeline.Config) *string { return &c.Confidence.Estimator }),
