@@ -28,6 +28,10 @@ type Reward struct {
 	// SelfCertainty is set when Group reads the completions'
 	// self-certainties (SelfCertainty) in place of the confidences.
 	SelfCertainty bool
+	// AnswerProb is set when Group reads the completions' debiased
+	// reference-answer probabilities (DebiasAnswerProb), which need the
+	// model, in place of the confidences.
+	AnswerProb bool
 	// Group fills r with the rewards of one group from the verifier scores
 	// v (in [0, 1]) and, when NeedsConfidence, the confidences c. r, v and c
 	// have one entry per completion; c may be nil otherwise.
@@ -43,6 +47,7 @@ var rewardMethods = map[string]func(RewardParams) (Reward, error){
 		return Reward{Name: "rlcr", Stated: true, Group: RLCR}, nil
 	},
 	"self_certainty": newSelfCertainty,
+	"answer_prob":    newAnswerProb,
 }
 
 // NewReward builds the reward registered under a reward.method name; p is

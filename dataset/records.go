@@ -157,8 +157,14 @@ type Scored struct {
 	// tokens' SelfCertainties, when the reward reads it (reward
 	// self_certainty, reward.self_certainty_weight).
 	SelfCertainty *float64 `json:"self_certainty,omitempty"`
-	Reward        float64  `json:"reward"`
-	Advantage     float64  `json:"advantage"`
+	// AnswerProb is, for reward answer_prob, the mean probability of the
+	// reference answer's tokens teacher-forced after the completion's
+	// reasoning, and AnswerProbBase straight after the prompt; the reward is
+	// max(AnswerProb - AnswerProbBase, 0).
+	AnswerProb     *float64 `json:"answer_prob,omitempty"`
+	AnswerProbBase *float64 `json:"answer_prob_base,omitempty"`
+	Reward         float64  `json:"reward"`
+	Advantage      float64  `json:"advantage"`
 }
 
 // Provenance says where a training example came from.

@@ -500,6 +500,11 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	if rem != nil {
 		so.Model = rem.m // records that came without log-probs
 	}
+	if cfg.Reward.Method == "answer_prob" && e != nil {
+		// the reference answer after each completion's reasoning, under
+		// the policy that sampled it
+		so.TeacherForce = e.TeacherForce
+	}
 	sum, err := Score(ctx, so)
 	if err != nil {
 		return metrics.Step{}, fmt.Errorf("step %d: score: %w", step, err)

@@ -178,6 +178,10 @@ type scoreRecord struct {
 	result   verifiers.Result
 	format   float64
 	out      *dataset.Scored
+	// answerP and answerBase are, for reward answer_prob, the reference
+	// answer's probability after the completion's reasoning and straight
+	// after the prompt.
+	answerP, answerBase float64
 }
 
 // scorer holds what Score resolved from its options.
@@ -222,6 +226,9 @@ func Score(ctx context.Context, opts Options) (Summary, error) {
 		return Summary{}, err
 	}
 	recs = dropBad(recs)
+	if err := s.answerProbs(ctx, recs); err != nil {
+		return Summary{}, err
+	}
 	groups, err := s.group(recs)
 	if err != nil {
 		return Summary{}, err
@@ -406,6 +413,72 @@ func (s *scorer) noLogprobs(r *dataset.Rollout) error {
 	return fmt.Errorf("prompt %q sample %d has no %s; the %s reward needs the confidence %s reads: "+
 		"teacher-force the completions with a model (--model) or use the binary reward",
 		r.PromptID, r.Sample, what, s.reward.Name, s.estimator.Name)
+}
+
+// answerProbs computes, for reward answer_prob, each record's reference
+// answer probability after its reasoning, and its prompt's straight after
+// the prompt, by teacher forcing (the model the hook runs): the reasoning
+// is the completion's text before the answer its verifier extracted (all of
+// it when none was), the reference answer follows it, and the answer's
+// tokens are those that overlap its bytes (a token may join the
+// reasoning's last characters to the answer's first).
+func (s *scorer) answerProbs(ctx context.Context, recs []*scoreRecord) error {
+	if !s.reward.AnswerProb || len(recs) == 0 {
+		return nil
+	}
+	if s.opts.TeacherForce == nil {
+		return fmt.Errorf("%s: reward answer_prob teacher-forces the reference answer after each completion's reasoning: it needs the model (--model)", s.opts.In)
+	}
+	type job struct {
+		rec  *dataset.Rollout
+		from int // the answer's first byte in rec.Text
+	}
+	var jobs []job
+	base := map[string]int{} // prompt id: its base job
+	for _, sr := range recs {
+		r := &sr.rec
+		cut := len(r.Text)
+		if st := sr.result.Start; st >= 0 && st <= len(r.Text) {
+			cut = st
+		}
+		jobs = append(jobs, job{answerRecord(r, r.Text[:cut]), cut})
+		if _, ok := base[r.PromptID]; !ok {
+			base[r.PromptID] = len(jobs)
+			jobs = append(jobs, job{answerRecord(r, ""), 0})
+		}
+	}
+	forced := make([]*dataset.Rollout, len(jobs))
+	for i, j := range jobs {
+		forced[i] = j.rec
+	}
+	if err := s.opts.TeacherForce(ctx, forced); err != nil {
+		return fmt.Errorf("teacher forcing the reference answers of %s: %w", s.opts.In, err)
+	}
+	prob := func(j job) float64 {
+		r := j.rec
+		lo, hi, ok := confclip.AnswerTokens(r.TokenOffsets, len(r.Text), j.from, len(r.Text))
+		if !ok || hi > len(r.Logprobs) {
+			return 0
+		}
+		return confclip.AnswerProb(r.Logprobs[lo:hi])
+	}
+	k := 0
+	for _, sr := range recs {
+		sr.answerP = prob(jobs[k])
+		sr.answerBase = prob(jobs[base[sr.rec.PromptID]])
+		k++
+		if base[sr.rec.PromptID] == k {
+			k++ // the prompt's base job follows its first record's
+		}
+	}
+	return nil
+}
+
+// answerRecord is a record to teacher-force: r's prompt, then the
+// reasoning and r's reference answer.
+func answerRecord(r *dataset.Rollout, reasoning string) *dataset.Rollout {
+	return &dataset.Rollout{PromptID: r.PromptID, Sample: r.Sample, Prompt: r.Prompt, Messages: r.Messages,
+		PromptTokens: r.PromptTokens, Answer: r.Answer, Text: reasoning + r.Answer}
 }
 
 // needsSelfCertainty reports whether the reward reads the completions'
@@ -734,6 +807,10 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 				if q, ok := confclip.StatedConfidence(sr.rec.Text); ok {
 					c[j], sc.StatedConfidence = q, &q
 				}
+			}
+			if s.reward.AnswerProb {
+				p := confclip.DebiasAnswerProb(sr.answerP, sr.answerBase)
+				c[j], sc.AnswerProb, sc.AnswerProbBase = p, &sr.answerP, &sr.answerBase
 			}
 			if certainty != nil {
 				k := confclip.SelfCertainty(sr.rec.SelfCertainties)

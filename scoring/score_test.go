@@ -551,3 +551,67 @@ func TestScoreSelfCertainty(t *testing.T) {
 		t.Errorf("teacher-forced record: reward %v, want its self-certainty 2", got[1].Reward)
 	}
 }
+
+// TestScoreAnswerProb: reward answer_prob teacher-forces the reference
+// answer after each completion's reasoning (its text before the extracted
+// answer) and straight after the prompt, and rewards the mean probability
+// of the answer's tokens less the prompt's, cut at 0; without a model it is
+// refused.
+func TestScoreAnswerProb(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	writeJSONL(t, in, textOnly("g", 0, "so x = 4", "4"), textOnly("g", 1, "x = 5", "4"), textOnly("g", 2, "no idea", "4"))
+	// (a reasoning that lowers the answer's probability below the base's
+	// earns 0: confclip's TestAnswerProbWorkedExample)
+	o := testOptions(in, filepath.Join(dir, "out.jsonl"))
+	o.Reward.Method = "answer_prob"
+	if _, err := scoring.Score(context.Background(), o); err == nil || !strings.Contains(err.Error(), "needs the model") {
+		t.Errorf("answer_prob without a model: err = %v", err)
+	}
+	// A stand-in model: one token a byte; the answer's bytes are likely
+	// after "x = " (0.8), less after anything else (0.1), and 0.3 straight
+	// after the prompt.
+	var texts []string
+	o.TeacherForce = func(_ context.Context, recs []*dataset.Rollout) error {
+		for _, r := range recs {
+			texts = append(texts, r.Text)
+			n := len(r.Text)
+			r.Tokens, r.TokenOffsets, r.Logprobs = make([]int32, n), make([]int, n), make([]float64, n)
+			reasoning := strings.TrimSuffix(r.Text, r.Answer)
+			for k := range n {
+				r.TokenOffsets[k] = k
+				p := 0.5
+				if k >= len(reasoning) {
+					switch {
+					case reasoning == "":
+						p = 0.3
+					case strings.HasSuffix(reasoning, "x = "):
+						p = 0.8
+					default:
+						p = 0.1
+					}
+				}
+				r.Logprobs[k] = math.Log(p)
+			}
+		}
+		return nil
+	}
+	if _, err := scoring.Score(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	// The text-only records are forced first (for their tokens); then the
+	// reasoning keeps the text before the extracted answer: "so x = " and
+	// "x = " (the wrong answer 5 replaced by the reference), and none of
+	// "no idea" (the test verifier extracts all of it); the prompt's base
+	// is forced once.
+	wantTexts := []string{"so x = 4", "x = 5", "no idea", "so x = 4", "4", "x = 4", "4"}
+	if strings.Join(texts, "|") != strings.Join(wantTexts, "|") {
+		t.Errorf("forced texts %q, want %q", texts, wantTexts)
+	}
+	for i, sc := range readScored(t, o.Out) {
+		want := []float64{0.5, 0.5, 0}[i] // 0.8 - 0.3, 0.8 - 0.3, 0.3 - 0.3
+		if math.Abs(sc.Reward-want) > 1e-12 || sc.AnswerProbBase == nil || math.Abs(*sc.AnswerProbBase-0.3) > 1e-12 {
+			t.Errorf("sample %d: reward %v (answer %v, base %v), want %v", i, sc.Reward, sc.AnswerProb, sc.AnswerProbBase, want)
+		}
+	}
+}
