@@ -66,6 +66,12 @@ type Step struct {
 	// evaluated: a zero advantage (or every token masked) without a KL
 	// term carries no gradient (docs/method.md).
 	TrainZeroWeight int `json:"train_zero_weight"`
+	// GroupStdMean is the mean within-group std of the step's rewards;
+	// StdFilter the threshold advantage.std_filter_beta set for the step (0
+	// = none) and StdFiltered the groups it left out of training.
+	GroupStdMean float64 `json:"group_std_mean"`
+	StdFilter    float64 `json:"std_filter"`
+	StdFiltered  int     `json:"std_filtered"`
 	// Wall-clock seconds of the stages and the whole step, and the rollout
 	// throughput in generated tokens per second.
 	RolloutS   float64 `json:"rollout_s"`

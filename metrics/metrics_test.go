@@ -113,11 +113,11 @@ func TestMetricsLogRoundTrip(t *testing.T) {
 	if len(recs) != 1+len(rows) {
 		t.Fatalf("CSV has %d lines, want a header and %d rows", len(recs), len(rows))
 	}
-	wantHeader := "step,accuracy,eval_accuracy,eval_mean_tokens,mean_reward,reward_std,zero_std_frac,zero_std_frac_binary,mean_tokens,mean_tokens_right,mean_tokens_wrong,loss,grad_norm,lr,clip_frac,kl,updates,train_skipped,train_zero_weight,rollout_s,score_s,train_s,step_s,tokens_per_s,teacher_forced,workers,retries"
+	wantHeader := "step,accuracy,eval_accuracy,eval_mean_tokens,mean_reward,reward_std,zero_std_frac,zero_std_frac_binary,mean_tokens,mean_tokens_right,mean_tokens_wrong,loss,grad_norm,lr,clip_frac,kl,updates,train_skipped,train_zero_weight,group_std_mean,std_filter,std_filtered,rollout_s,score_s,train_s,step_s,tokens_per_s,teacher_forced,workers,retries"
 	if got := strings.Join(recs[0], ","); got != wantHeader {
 		t.Errorf("CSV header\n got %s\nwant %s", got, wantHeader)
 	}
-	if got := strings.Join(recs[1], ","); got != "1,0.1,,,-0.4,0.3,0.5,0.8,39,,44,1,0.7,0,0,0,0,0,0,1.5,0.01,2,3.6,1234.5,0,0,0" {
+	if got := strings.Join(recs[1], ","); got != "1,0.1,,,-0.4,0.3,0.5,0.8,39,,44,1,0.7,0,0,0,0,0,0,0,0,0,1.5,0.01,2,3.6,1234.5,0,0,0" {
 		t.Errorf("CSV row 1: %s", got)
 	}
 	if recs[2][2] != "0.28" {

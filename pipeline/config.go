@@ -128,7 +128,7 @@ func DefaultConfig() Config {
 		Verifier:   scoring.VerifierConfig{Name: "math", TimeoutMS: 2000, MaxBytes: 64 << 10, RelTol: 1e-6, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10},
 		Confidence: scoring.ConfidenceConfig{Estimator: "geo_mean", Scope: "completion"},
 		Reward:     scoring.RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
-		Advantage:  scoring.AdvantageConfig{Estimator: "grpo", Scale: "group"},
+		Advantage:  scoring.AdvantageConfig{Estimator: "grpo", Scale: "group", StdFilterEMA: 0.99},
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
 			GradClip: 1, LossAgg: "token_mean", Iterations: 1, Epsilon: 0.2, Schedule: "constant",
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
 )
@@ -39,6 +40,10 @@ type ExportOptions struct {
 	// rewards are all equal: their advantages are all zero and they carry
 	// no gradient (DAPO's dynamic sampling; METHOD.md "Advantages").
 	SkipZeroStd bool
+	// MinGroupStd, when > 0, drops the groups whose rewards' std (MeanStd's,
+	// the spread the group advantages see) is below it: RLPR's std filter
+	// (the run sets it from advantage.std_filter_beta).
+	MinGroupStd float64
 	// MaskTruncated writes a completion mask of zeros for completions that
 	// stopped on the length limit (advantage.mask_truncated, whose scoring
 	// already gave them advantage 0): the trainer then leaves them out of
@@ -67,8 +72,11 @@ type ExportSummary struct {
 	Groups        int // distinct prompt ids
 	ZeroStdGroups int // groups whose rewards are all equal
 	Dropped       int // records dropped with those groups (SkipZeroStd)
-	Examples      int // training examples written
-	Tokens        int // completion tokens written
+	// LowStdGroups counts the groups MinGroupStd dropped (beyond the
+	// zero-std ones SkipZeroStd drops), their records in Dropped.
+	LowStdGroups int
+	Examples     int // training examples written
+	Tokens       int // completion tokens written
 	// FromModelLogprobs counts records without sampling log-probs (teacher
 	// forced) whose old_logprobs are the model log-probs instead.
 	FromModelLogprobs int
@@ -117,6 +125,15 @@ func Export(opts ExportOptions) (ExportSummary, error) {
 			sum.ZeroStdGroups++
 		}
 	}
+	lowStd := map[string]bool{}
+	if opts.MinGroupStd > 0 {
+		for id, std := range groupStds(recs) {
+			if std < opts.MinGroupStd && !(opts.SkipZeroStd && zeroStd[id]) {
+				lowStd[id] = true
+				sum.LowStdGroups++
+			}
+		}
+	}
 
 	w, err := dataset.CreateTrainWriter(opts.Out, format, sum.Layout)
 	if err != nil {
@@ -124,7 +141,7 @@ func Export(opts ExportOptions) (ExportSummary, error) {
 	}
 	for i := range recs {
 		rec := &recs[i]
-		if opts.SkipZeroStd && zeroStd[rec.PromptID] {
+		if opts.SkipZeroStd && zeroStd[rec.PromptID] || lowStd[rec.PromptID] {
 			sum.Dropped++
 			continue
 		}
@@ -202,6 +219,19 @@ func newProvenance(opts ExportOptions) (dataset.Provenance, error) {
 // zeroStdGroups reports, for each prompt id, whether all its records'
 // rewards are equal (zero standard deviation; a group of one counts, as its
 // advantage is 0 too).
+// groupStds is each group's reward std (confclip.MeanStd's), by prompt id.
+func groupStds(recs []dataset.Scored) map[string]float64 {
+	rewards := map[string][]float64{}
+	for _, rec := range recs {
+		rewards[rec.PromptID] = append(rewards[rec.PromptID], rec.Reward)
+	}
+	out := make(map[string]float64, len(rewards))
+	for id, r := range rewards {
+		_, out[id] = confclip.MeanStd(r)
+	}
+	return out
+}
+
 func zeroStdGroups(recs []dataset.Scored) map[string]bool {
 	first := map[string]float64{}
 	zero := map[string]bool{}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +14,8 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/metrics"
+	"github.com/confclip/confclip/scoring"
 )
 
 // scoredRecord makes a scored completion of n tokens.
@@ -306,5 +309,43 @@ func TestReadTrainExamplesSchema(t *testing.T) {
 	var le *dataset.LineError
 	if !errors.As(err, &le) || le.Line != 3 {
 		t.Errorf("error %v, want one at line 3 about the schema", err)
+	}
+}
+
+// TestStdFilter: RLPR's threshold is beta times the moving average of the
+// earlier steps' mean group std (none before the first step, none with beta
+// 0), and export's MinGroupStd drops the groups below it, zero-std ones
+// included, counting them.
+func TestStdFilter(t *testing.T) {
+	a := scoring.AdvantageConfig{StdFilterBeta: 0.5, StdFilterEMA: 0.9}
+	rows := []metrics.Step{{GroupStdMean: 0.4}, {GroupStdMean: 0.2}, {GroupStdMean: 0.6}}
+	// ema: 0.4, then 0.9*0.4 + 0.1*0.2 = 0.38, then 0.9*0.38 + 0.1*0.6 = 0.402
+	for n, want := range []float64{0, 0.2, 0.19, 0.201} {
+		if got := StdFilter(a, rows[:n]); math.Abs(got-want) > 1e-12 {
+			t.Errorf("after %d steps: threshold %v, want %v", n, got, want)
+		}
+	}
+	if got := StdFilter(scoring.AdvantageConfig{StdFilterEMA: 0.9}, rows); got != 0 {
+		t.Errorf("beta 0: threshold %v", got)
+	}
+
+	var recs []dataset.Scored
+	for _, g := range []struct {
+		id      string
+		rewards []float64
+	}{{"flat", []float64{1, 1}}, {"low", []float64{0.5, 0.6}}, {"high", []float64{0, 1}}} {
+		for i, r := range g.rewards {
+			recs = append(recs, dataset.Scored{Rollout: dataset.Rollout{PromptID: g.id, Sample: i, PromptTokens: []int32{1}, Tokens: []int32{2}, Logprobs: []float64{-1}}, Reward: r})
+		}
+	}
+	in := writeScoredFile(t, recs)
+	dir := t.TempDir()
+	sum, err := Export(ExportOptions{In: in, Out: filepath.Join(dir, "train.jsonl"), MinGroupStd: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// stds (MeanStd's, n-1): flat 0, low 0.0707, high 0.707
+	if sum.LowStdGroups != 2 || sum.Dropped != 4 || sum.Examples != 2 {
+		t.Errorf("low-std groups %d, dropped %d, examples %d; want 2, 4, 2", sum.LowStdGroups, sum.Dropped, sum.Examples)
 	}
 }

@@ -341,7 +341,8 @@ func (r *runner) stage(step int, name string) {
 // the held-out evaluation when one is due.
 func (r *runner) step(ctx context.Context, step int) (metrics.Step, error) {
 	cfg := r.cfg
-	row, err := runStep(ctx, cfg, step, r.trainPrompts, r.engine, r.tr, func(name string) { r.stage(step, name) }, remoteOf(r.o.Remote, r.h))
+	minStd := StdFilter(cfg.Advantage, r.mlog.Rows())
+	row, err := runStep(ctx, cfg, step, r.trainPrompts, r.engine, r.tr, func(name string) { r.stage(step, name) }, remoteOf(r.o.Remote, r.h), minStd)
 	if err != nil {
 		return row, err
 	}
@@ -357,6 +358,23 @@ func (r *runner) step(ctx context.Context, step int) (metrics.Step, error) {
 		}
 	}
 	return row, nil
+}
+
+// StdFilter is the group-std threshold of the next step under
+// advantage.std_filter_beta (RLPR's filter, the authors' EMA mode): beta
+// times the moving average of the earlier steps' mean group std, started at
+// the first step's and moved by (1 - std_filter_ema) of each later step's;
+// 0 (no filter) when beta is 0 or no step has run. A resumed run recomputes
+// it from its metrics.
+func StdFilter(a scoring.AdvantageConfig, rows []metrics.Step) float64 {
+	if a.StdFilterBeta <= 0 || len(rows) == 0 {
+		return 0
+	}
+	ema := rows[0].GroupStdMean
+	for _, r := range rows[1:] {
+		ema = a.StdFilterEMA*ema + (1-a.StdFilterEMA)*r.GroupStdMean
+	}
+	return a.StdFilterBeta * ema
 }
 
 // record keeps a step: its metrics row first, then the checkpoint (a stop
@@ -468,7 +486,7 @@ func stepLine(r metrics.Step, steps int, eta time.Duration) string {
 }
 
 // runStep does one step's rollouts, scoring, export and training.
-func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer, stage func(string), rem *remoteRun) (metrics.Step, error) {
+func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt, e *rollout.Engine, tr *train.Trainer, stage func(string), rem *remoteRun, minStd float64) (metrics.Step, error) {
 	t0 := time.Now()
 	sdir := filepath.Join(cfg.Run.Out, "steps", fmt.Sprintf("%04d", step))
 	if err := os.MkdirAll(sdir, 0o755); err != nil {
@@ -516,7 +534,9 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	}
 	// The step's adapter; the model is not hashed at every step.
 	eo.Format, eo.Model, eo.Adapter = dataset.FormatJSONL, "", adapter
-	if _, err := Export(eo); err != nil {
+	eo.MinGroupStd = minStd
+	esum, err := Export(eo)
+	if err != nil {
 		return metrics.Step{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
 	t2 := time.Now()
@@ -525,6 +545,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 		return metrics.Step{}, err
 	}
 	row := StepMetricsOf(step, sum)
+	row.StdFilter, row.StdFiltered = minStd, esum.LowStdGroups
 	row.RolloutS = t1.Sub(t0).Seconds()
 	row.ScoreS = t2.Sub(t1).Seconds()
 	row.TokensPerS = rst.TokensPerSecond()
@@ -755,6 +776,7 @@ func StepMetricsOf(step int, s scoring.Summary) metrics.Step {
 	o := s.Outcomes
 	m.Accuracy = o.Accuracy
 	m.MeanReward, m.RewardStd = s.Reward.Mean, s.Reward.Std
+	m.GroupStdMean = s.Reward.GroupStdMean
 	m.ZeroStdFrac, m.ZeroStdFracBinary = s.Reward.ZeroStdFraction, s.Binary.ZeroStdFraction
 	right, wrong := float64(o.Correct), float64(o.Completions-o.Correct)
 	if right > 0 {

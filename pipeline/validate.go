@@ -261,6 +261,8 @@ var checks = []check{
 
 	oneOf("advantage.estimator", func(c Config) string { return c.Advantage.Estimator }, confclip.AdvantageNames),
 	oneOf("advantage.scale", func(c Config) string { return c.Advantage.Scale }, confclip.ScaleNames),
+	inRange("advantage.std_filter_beta", func(c Config) float64 { return c.Advantage.StdFilterBeta }, 0, math.MaxFloat64, "want 0 (off) or more"),
+	inRange("advantage.std_filter_ema", func(c Config) float64 { return c.Advantage.StdFilterEMA }, 0, 1, "want a weight from 0 to 1"),
 
 	{"train.lora_rank", text(fmt.Sprintf("a rank from 1 to %d", maxLoraRank)), func(c Config) error {
 		if r := c.Train.LoraRank; r < 1 || r > maxLoraRank {

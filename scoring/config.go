@@ -52,4 +52,10 @@ type AdvantageConfig struct {
 	Scale         string `toml:"scale"`          // grpo's divisor: group, batch, none
 	SkipZeroStd   bool   `toml:"skip_zero_std"`  // drop zero-std groups from the export
 	MaskTruncated bool   `toml:"mask_truncated"` // A = 0 for length-stopped completions
+	// StdFilterBeta, when > 0, drops from a run's training set the groups
+	// whose rewards' std is below beta times a moving average of the
+	// earlier steps' mean group std (RLPR's std filter); StdFilterEMA is
+	// the average's weight on the past.
+	StdFilterBeta float64 `toml:"std_filter_beta"`
+	StdFilterEMA  float64 `toml:"std_filter_ema"`
 }
