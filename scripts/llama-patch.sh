@@ -68,12 +68,34 @@ patch_hunks() {
 # The layers of third_party/patches, applied in this order (README.md there).
 PATCH_LAYERS=(training cpu backends)
 
-# patch_list DIR prints the paths of DIR's patches in the order they go on:
-# layer by layer, each in file-name order, leaving out what LLAMA_DROP names
-# (patch numbers such as 0044, or layer names; spaces or commas between).
-patch_list() {
-  local dir=$1 layer p n drop=" ${LLAMA_DROP:-} "
+# PATCH_DEPS: which patches build on which (patch:dependents), the same as
+# third_party/patches/README.md says; dropping a patch drops those that
+# build on it, so that every patch can be left out alone.
+PATCH_DEPS="0031:0034,0037,0038,0044 0034:0037 0035:0044 0038:0044 0009:0039 0010:0011,0012,0041,0045"
+
+# drop_set prints what LLAMA_DROP names (patch numbers such as 0044, or
+# layer names; spaces or commas between) with the patches that build on
+# those (PATCH_DEPS), space-separated.
+drop_set() {
+  local dep d list more=1 drop=" ${LLAMA_DROP:-} "
   drop=${drop//,/ }
+  while [ $more = 1 ]; do
+    more=0
+    for dep in $PATCH_DEPS; do
+      [[ $drop == *" ${dep%%:*} "* ]] || continue
+      list=${dep#*:}
+      for d in ${list//,/ }; do
+        [[ $drop == *" $d "* ]] || { drop="$drop$d "; more=1; }
+      done
+    done
+  done
+  echo $drop
+}
+
+# patch_list DIR prints the paths of DIR's patches in the order they go on:
+# layer by layer, each in file-name order, leaving out drop_set's.
+patch_list() {
+  local dir=$1 layer p n drop=" $(drop_set) "
   for layer in "${PATCH_LAYERS[@]}"; do
     [[ $drop == *" $layer "* ]] && continue
     for p in "$dir/$layer"/*.patch; do

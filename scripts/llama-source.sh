@@ -216,7 +216,7 @@ if [ -n "$check" ]; then
     fi
   done < <(patch_list "$patches")
   n=$(patch_list "$patches" | wc -l)
-  echo "llama.cpp: $((n - failed)) of $n patches apply to $source (llama.cpp $commit) without fuzz${LLAMA_DROP:+ (left out: $LLAMA_DROP)}" >&2
+  echo "llama.cpp: $((n - failed)) of $n patches apply to $source (llama.cpp $commit) without fuzz${LLAMA_DROP:+ (left out: $(drop_set))}" >&2
   [ $failed = 0 ] || exit 1
   exit 0
 fi
