@@ -5,14 +5,18 @@
 # one session, and the best of each side's runs per cell compared: the
 # table of NEW / OLD ratios. Used for a llama.cpp bump (docs/llama-bump.md):
 # OLD is a checkout of the commit before it. Each side's models are its own
-# (build/models, quantized by its own llama.cpp).
+# (build/models, quantized by its own llama.cpp). OLD_MAKE and NEW_MAKE add
+# arguments to a side's make: OLD_MAKE=LLAMA_DROP=cpu measures what the CPU
+# patches are worth (both checkouts at one commit).
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: scripts/speed-compare.sh OLD_CHECKOUT NEW_CHECKOUT [ROUNDS]" >&2; exit 2; }
 old=$(cd "$1" && pwd) new=$(cd "$2" && pwd) rounds=${3:-2}
 out=$(mktemp -d "${TMPDIR:-/tmp}/speed-compare.XXXXXX")
 for side in old new; do
   dir=${!side}
-  stamp=$(cd "$dir" && make -s bin/confclip >/dev/null && make -n test 2>/dev/null | grep -o 'BuildStamp=[0-9a-f]*' | head -1)
+  mk=${side^^}_MAKE; mk=${!mk:-}
+  # shellcheck disable=SC2086 # make arguments, split on purpose
+  stamp=$(cd "$dir" && make -s $mk bin/confclip >/dev/null && make -n $mk test 2>/dev/null | grep -o 'BuildStamp=[0-9a-f]*' | head -1)
   (cd "$dir" && go test -c -ldflags "-X github.com/confclip/confclip/llama.$stamp" -o "$out/$side.test" ./train)
 done
 for r in $(seq "$rounds"); do
