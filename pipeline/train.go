@@ -79,8 +79,10 @@ type TrainSummary struct {
 	// context's activations at the largest pass; PeakRSSBytes the process's
 	// peak resident memory, weights included (0 where unknown).
 	MicroBatch int `json:"micro_batch"`
-	// Sizing says how MicroBatch was chosen (train.Trainer.Sizing).
+	// Sizing says how MicroBatch was chosen (train.Trainer.Sizing), and
+	// MemoryBudgetBytes the activations' budget it was sized for (0: given).
 	Sizing             string `json:"micro_batch_sizing"`
+	MemoryBudgetBytes  int64  `json:"memory_budget_bytes"`
 	ComputeBufferBytes int64  `json:"compute_buffer_bytes"`
 	PeakRSSBytes       int64  `json:"peak_rss_bytes"`
 }
@@ -212,7 +214,7 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, err
 	}
 	sum.AdapterOut = o.AdapterOut
-	sum.MicroBatch, sum.Sizing = tr.Config().MicroBatchTokens, tr.Sizing()
+	sum.MicroBatch, sum.Sizing, sum.MemoryBudgetBytes = tr.Config().MicroBatchTokens, tr.Sizing(), tr.MemoryBudget()
 	sum.ComputeBufferBytes = tr.ComputeBufferBytes()
 	sum.PeakRSSBytes = peakrss.Bytes()
 	return sum, nil

@@ -138,6 +138,7 @@ type Trainer struct {
 	// capacity is the tokens ctx holds in one pass (grow makes it larger)
 	capacity int
 	sizing   string         // how the micro-batch was chosen (Sizing)
+	budget   int64          // the activations' budget that sized it (0: given)
 	profPrev []llama.OpStat // profile totals of the contexts grow replaced
 	params   []*llama.Param
 	values   [][]float32 // current parameter values (mirrors llama.cpp's)
@@ -211,8 +212,10 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 		return nil, fmt.Errorf("invalid memory budget %d bytes", cfg.MemoryBytes)
 	}
 	var sizing string
+	var budget int64
 	if cfg.MicroBatchTokens <= 0 {
 		b := MemoryBudget(m, cfg.MemoryBytes)
+		budget = b.Bytes
 		cfg.MicroBatchTokens = AutoMicroBatch(m, b.Bytes)
 		n := cfg.MicroBatchTokens
 		sizing = fmt.Sprintf("micro-batch %d tokens: estimated activations %s within a budget of %s (%s)",
@@ -223,7 +226,7 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	} else {
 		sizing = fmt.Sprintf("micro-batch %d tokens (train.micro_batch)", cfg.MicroBatchTokens)
 	}
-	t := &Trainer{cfg: cfg, agg: agg, model: m, params: ps, capacity: contextTokens(cfg.MicroBatchTokens), sizing: sizing}
+	t := &Trainer{cfg: cfg, agg: agg, model: m, params: ps, capacity: contextTokens(cfg.MicroBatchTokens), sizing: sizing, budget: budget}
 	ctx, err := t.newContext(t.capacity)
 	if err != nil {
 		return nil, err
@@ -248,6 +251,10 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 // Sizing says how the micro-batch was chosen: the size, and for the
 // default the estimated activations and the budget they fit.
 func (t *Trainer) Sizing() string { return t.sizing }
+
+// MemoryBudget is the activations' budget the default micro-batch was
+// sized for; 0 when the micro-batch was given.
+func (t *Trainer) MemoryBudget() int64 { return t.budget }
 
 // Close frees the training context.
 func (t *Trainer) Close() error { return t.ctx.Close() }
