@@ -1,7 +1,5 @@
 package confclip
 
-import "math"
-
 // AnswerProb is RLPR's probability reward before debiasing (Yu et al.,
 // "RLPR: Extrapolating RLVR to General Domains without Verifiers", arXiv
 // 2506.18254): the mean per-token probability of the reference answer's
@@ -16,11 +14,7 @@ func AnswerProb(logprobs []float64) float64 {
 	if len(logprobs) == 0 {
 		return 0
 	}
-	var s float64
-	for _, l := range logprobs {
-		s += math.Exp(logProb(l))
-	}
-	return s / float64(len(logprobs))
+	return ArithMean(logprobs)
 }
 
 // DebiasAnswerProb is RLPR's debiased reward: the probability of the
