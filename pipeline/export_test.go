@@ -318,9 +318,10 @@ func TestReadTrainExamplesSchema(t *testing.T) {
 // included, counting them.
 func TestStdFilter(t *testing.T) {
 	a := scoring.AdvantageConfig{StdFilterBeta: 0.5, StdFilterEMA: 0.9}
-	rows := []metrics.Step{{GroupStdMean: 0.4}, {GroupStdMean: 0.2}, {GroupStdMean: 0.6}}
+	// step 0's evaluation row has no group std and is passed over
+	rows := []metrics.Step{{GroupStdMean: math.NaN()}, {GroupStdMean: 0.4}, {GroupStdMean: 0.2}, {GroupStdMean: 0.6}}
 	// ema: 0.4, then 0.9*0.4 + 0.1*0.2 = 0.38, then 0.9*0.38 + 0.1*0.6 = 0.402
-	for n, want := range []float64{0, 0.2, 0.19, 0.201} {
+	for n, want := range []float64{0, 0, 0.2, 0.19, 0.201} {
 		if got := StdFilter(a, rows[:n]); math.Abs(got-want) > 1e-12 {
 			t.Errorf("after %d steps: threshold %v, want %v", n, got, want)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/confclip/confclip/confclip"
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/internal/crashpoint"
@@ -364,15 +365,22 @@ func (r *runner) step(ctx context.Context, step int) (metrics.Step, error) {
 // advantage.std_filter_beta (RLPR's filter, the authors' EMA mode): beta
 // times the moving average of the earlier steps' mean group std, started at
 // the first step's and moved by (1 - std_filter_ema) of each later step's;
-// 0 (no filter) when beta is 0 or no step has run. A resumed run recomputes
-// it from its metrics.
+// 0 (no filter) when beta is 0 or no step has run. Rows without a mean
+// group std (step 0's evaluation, a row from before the metric) are passed
+// over. A resumed run recomputes it from its metrics.
 func StdFilter(a scoring.AdvantageConfig, rows []metrics.Step) float64 {
-	if a.StdFilterBeta <= 0 || len(rows) == 0 {
+	if a.StdFilterBeta <= 0 {
 		return 0
 	}
-	ema := rows[0].GroupStdMean
-	for _, r := range rows[1:] {
-		ema = a.StdFilterEMA*ema + (1-a.StdFilterEMA)*r.GroupStdMean
+	ema, seen := 0.0, false
+	for _, r := range rows {
+		switch x := r.GroupStdMean; {
+		case math.IsNaN(x):
+		case !seen:
+			ema, seen = x, true
+		default:
+			ema = a.StdFilterEMA*ema + (1-a.StdFilterEMA)*x
+		}
 	}
 	return a.StdFilterBeta * ema
 }
@@ -518,7 +526,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	if rem != nil {
 		so.Model = rem.m // records that came without log-probs
 	}
-	if cfg.Reward.Method == "answer_prob" && e != nil {
+	if rw, err := confclip.NewReward(cfg.Reward.Method, confclip.DefaultRewardParams); err == nil && rw.AnswerProb && e != nil {
 		// the reference answer after each completion's reasoning, under
 		// the policy that sampled it
 		so.TeacherForce = e.TeacherForce

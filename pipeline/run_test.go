@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/metrics"
 )
@@ -168,5 +169,44 @@ func TestRunEvalProgress(t *testing.T) {
 		if (key{e.Step, e.Groups}) != want[i] || e.Total != 3 || e.Steps != 2 || e.Phase != "greedy" {
 			t.Fatalf("event %d: %+v, want step %d, %d/3 greedy of 2 steps", i, e, want[i].step, want[i].groups)
 		}
+	}
+}
+
+// TestRunConfidenceRewards: the loop runs with each reward that reads more
+// than the verdict — answer_prob (the engine teacher-forces the reference
+// after each completion's reasoning), self_certainty (the rollouts'
+// self_certainties) and rlcr (stated confidences: none here, so every
+// completion gets RLCRMissing and nothing trains) — and RLPR's std filter
+// sets a threshold from step 2 on.
+func TestRunConfidenceRewards(t *testing.T) {
+	for _, method := range []string{"answer_prob", "self_certainty", "rlcr"} {
+		t.Run(method, func(t *testing.T) {
+			cfg := runFixture(t)
+			cfg.Reward.Method = method
+			cfg.Run.Steps, cfg.Run.EvalEvery = 2, 0
+			cfg.Advantage.StdFilterBeta = 0.5
+			res, err := Run(context.Background(), RunOptions{Config: cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// rows: step 0's evaluation, then steps 1 and 2
+			if len(res.Rows) != 3 || res.Rows[1].StdFilter != 0 || res.Rows[2].StdFilter != 0.5*res.Rows[1].GroupStdMean {
+				t.Fatalf("steps %+v", res.Rows)
+			}
+			recs, _, _, err := dataset.ReadFile[dataset.Scored](filepath.Join(cfg.Run.Out, "steps", "0001", "scored.jsonl"), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				switch {
+				case method == "answer_prob" && (r.AnswerProb == nil || r.AnswerProbBase == nil || r.Reward != math.Max(*r.AnswerProb-*r.AnswerProbBase, 0)):
+					t.Fatalf("answer_prob record: %v %v reward %v", r.AnswerProb, r.AnswerProbBase, r.Reward)
+				case method == "self_certainty" && (r.SelfCertainty == nil || r.Reward != *r.SelfCertainty || len(r.SelfCertainties) != len(r.Tokens)):
+					t.Fatalf("self_certainty record: %v reward %v", r.SelfCertainty, r.Reward)
+				case method == "rlcr" && r.Reward != -2:
+					t.Fatalf("rlcr record without a stated confidence: reward %v", r.Reward)
+				}
+			}
+		})
 	}
 }

@@ -434,13 +434,15 @@ func (s *scorer) answerProbs(ctx context.Context, recs []*scoreRecord) error {
 		from int // the answer's first byte in rec.Text
 	}
 	var jobs []job
-	base := map[string]int{} // prompt id: its base job
-	for _, sr := range recs {
+	own := make([]int, len(recs)) // each record's job
+	base := map[string]int{}      // prompt id: its base job
+	for i, sr := range recs {
 		r := &sr.rec
 		cut := len(r.Text)
 		if st := sr.result.Start; st >= 0 && st <= len(r.Text) {
 			cut = st
 		}
+		own[i] = len(jobs)
 		jobs = append(jobs, job{answerRecord(r, r.Text[:cut]), cut})
 		if _, ok := base[r.PromptID]; !ok {
 			base[r.PromptID] = len(jobs)
@@ -462,14 +464,8 @@ func (s *scorer) answerProbs(ctx context.Context, recs []*scoreRecord) error {
 		}
 		return confclip.AnswerProb(r.Logprobs[lo:hi])
 	}
-	k := 0
-	for _, sr := range recs {
-		sr.answerP = prob(jobs[k])
-		sr.answerBase = prob(jobs[base[sr.rec.PromptID]])
-		k++
-		if base[sr.rec.PromptID] == k {
-			k++ // the prompt's base job follows its first record's
-		}
+	for i, sr := range recs {
+		sr.answerP, sr.answerBase = prob(jobs[own[i]]), prob(jobs[base[sr.rec.PromptID]])
 	}
 	return nil
 }
