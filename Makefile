@@ -92,7 +92,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real experiment-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -157,7 +157,10 @@ $(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt cmake/cpu-variants.cmake 
 	@cmake --build $(BUILD) -j $(JOBS) --target llama >$(BUILD).build.log 2>&1 \
 	  || { tail -40 $(BUILD).build.log; echo "llama.cpp build failed: see $(BUILD).build.log" >&2; exit 1; }
 	@mkdir -p $(LIBDIR)
-	@find $(BUILD) -name 'lib*.a' -not -path '$(LIBDIR)/*' -exec cp -f {} $(LIBDIR)/ \;
+	@# only this build's archives: $(BUILD) may hold other trees (llama-bump's
+	@# work copy in build/bump), whose stale libraries must not win the copy
+	@cp -f $(BUILD)/lib*.a $(BUILD)/ggml/lib*.a $(LIBDIR)/ && for f in $(BUILD)/ggml/ggml-*/lib*.a; do \
+	  if [ -e "$$f" ]; then cp -f "$$f" $(LIBDIR)/ || exit 1; fi; done
 	@$(if $(filter 1,$(CPU_VARIANTS)),bash scripts/cpu-variants.sh $(BUILD) $(LIBDIR))
 	@for l in $(LIBS); do [ -f $$l ] || { echo "missing $$l: the llama.cpp build failed" >&2; exit 1; }; done
 
@@ -371,6 +374,19 @@ experiment-real: bin/confclip real-models
 	./bin/confclip version
 	./bin/confclip experiment examples/experiment-smollm2.toml
 	./bin/confclip experiment examples/experiment-gemma.toml
+
+# The confidence rewards on SmolLM2-135M-Instruct (docs/experiment.md): the
+# demo's task asking for a stated confidence too, binary GRPO, RLCR and
+# RLPR's answer probability, 4 seeds (examples/experiment-smollm2-confidence.toml).
+RLCR_SYSTEM := $(DEMO_REAL_SYSTEM) Then say how sure you are that N is right as <confidence>P</confidence>, with P a number from 0 to 1.
+experiment-confidence-real: bin/confclip real-models
+	@mkdir -p $(DEMO_REAL)
+	@[ -f $(SMOLLM2_F32) ] || ./bin/confclip quantize --type f32 build/models/smollm2-135m-instruct.gguf $(SMOLLM2_F32)
+	rm -rf $(EXP_REAL)/smollm2-confidence
+	./bin/confclip gen-task --out-dir $(EXP_REAL)/smollm2-confidence/data --n 3000 --held-out 100 --max-operand 10 \
+	  --max-word-operand 10 --ops add,sub,word --seed 3 --system '$(RLCR_SYSTEM)'
+	./bin/confclip version
+	./bin/confclip experiment examples/experiment-smollm2-confidence.toml
 
 clean:
 	rm -rf bin $(BUILD) $(BUILD).cmake.log $(BUILD).build.log

@@ -126,6 +126,7 @@ func armConfig(cfg pipeline.Config, model, base string, arm pipeline.Arm, seed u
 	c.Model.Path = model
 	c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
 	c.Reward.SelfCertaintyWeight = arm.SelfCertaintyWeight
+	c.Train.EntropyCoef = arm.EntropyCoef
 	c.Rollout.Seed, c.Train.Seed = seed, seed
 	c.Run.Out = filepath.Join(base, arm.Name, fmt.Sprintf("seed-%d", seed))
 	// A run records its own arm and seed, not the grid's: an experiment
@@ -163,12 +164,20 @@ func (res *ExperimentResult) write(dir string) error {
 }
 
 func seedResult(seed uint64, r pipeline.RunResult, steps int) (reporting.SeedResult, error) {
-	s := reporting.SeedResult{Seed: seed, Dir: r.Dir, AccBefore: math.NaN(), AccAfter: math.NaN(), TokensBefore: math.NaN(), TokensAfter: math.NaN(), McNemarP: math.NaN()}
+	s := reporting.SeedResult{Seed: seed, Dir: r.Dir, AccBefore: math.NaN(), AccAfter: math.NaN(), TokensBefore: math.NaN(), TokensAfter: math.NaN(), McNemarP: math.NaN(),
+		ECEBefore: math.NaN(), ECEAfter: math.NaN(), BrierBefore: math.NaN(), BrierAfter: math.NaN(),
+		StatedAfter: math.NaN(), StatedECEAfter: math.NaN(), StatedBrierAfter: math.NaN()}
 	if r.Before != nil {
 		s.AccBefore, s.TokensBefore = r.Before.Accuracy, r.Before.MeanTokens
+		s.ECEBefore, s.BrierBefore = orNaN(r.Before.ECE), orNaN(r.Before.Brier)
 	}
 	if r.After != nil {
 		s.AccAfter, s.TokensAfter = r.After.Accuracy, r.After.MeanTokens
+		s.ECEAfter, s.BrierAfter = orNaN(r.After.ECE), orNaN(r.After.Brier)
+		if r.After.Prompts > 0 {
+			s.StatedAfter = float64(r.After.Stated) / float64(r.After.Prompts)
+		}
+		s.StatedECEAfter, s.StatedBrierAfter = orNaN(r.After.StatedECE), orNaN(r.After.StatedBrier)
 	}
 	var zs, zb, secs, toks []float64
 	for _, row := range r.Rows {
@@ -197,6 +206,14 @@ func seedResult(seed uint64, r pipeline.RunResult, steps int) (reporting.SeedRes
 		s.Fixed, s.Broken, s.McNemarP = reporting.McNemar(before, after)
 	}
 	return s, nil
+}
+
+// orNaN is *p, or NaN where there is no value.
+func orNaN(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
 }
 
 func startPrefix(name string) string {

@@ -146,6 +146,11 @@ type PGSeq struct {
 	// (len(Tokens)-NPrompt of them) and Weight is ignored: the clipped
 	// objective and the KL penalty weigh tokens one by one.
 	TokenWeights []float32
+	// EntropyWeights, when not nil, weighs each completion token's entropy
+	// H(p_t) = -sum_v p_tv log p_tv in the loss, which gains
+	// -sum_t EntropyWeights[t] * H(p_t) (an entropy bonus for positive
+	// weights); len(Tokens)-NPrompt of them.
+	EntropyWeights []float32
 }
 
 // ComputeBufferBytes is the size of the context's compute buffers over every
@@ -160,7 +165,8 @@ func (c *Context) ComputeBufferBytes() int64 {
 
 // PGEval runs the model on seqs packed into one micro-batch, without the KV
 // cache, and evaluates L = -sum_i Weight_i * sum_t log p(completion token t)
-// (or -sum_i sum_t TokenWeights_i[t] * log p where token weights are given).
+// (or -sum_i sum_t TokenWeights_i[t] * log p where token weights are given),
+// minus sum_i sum_t EntropyWeights_i[t] * H(p_t) where entropy weights are.
 // With params it also runs the backward pass and writes dL/dparam into grads
 // (one slice of Len() values per param). It returns L and the log-probability
 // of every completion token, sequences in order. The context must have been
@@ -186,6 +192,9 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		}
 		if s.TokenWeights != nil && len(s.TokenWeights) != len(s.Tokens)-s.NPrompt {
 			return 0, nil, fmt.Errorf("llama: sequence %d: %d token weights for %d completion tokens", i, len(s.TokenWeights), len(s.Tokens)-s.NPrompt)
+		}
+		if s.EntropyWeights != nil && len(s.EntropyWeights) != len(s.Tokens)-s.NPrompt {
+			return 0, nil, fmt.Errorf("llama: sequence %d: %d entropy weights for %d completion tokens", i, len(s.EntropyWeights), len(s.Tokens)-s.NPrompt)
 		}
 		nComp += len(s.Tokens) - s.NPrompt
 	}
@@ -219,6 +228,9 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		}
 		if s.TokenWeights != nil {
 			cs[i].token_weights = (*C.float)(cbytes(unsafe.Pointer(&s.TokenWeights[0]), 4*len(s.TokenWeights)))
+		}
+		if s.EntropyWeights != nil {
+			cs[i].entropy_weights = (*C.float)(cbytes(unsafe.Pointer(&s.EntropyWeights[0]), 4*len(s.EntropyWeights)))
 		}
 	}
 	var cparams **C.struct_ggml_tensor

@@ -90,6 +90,7 @@ type TrainConfig struct {
 	Epsilon     float64  `toml:"epsilon"`      // ratio clip below: 1 - epsilon
 	EpsilonHigh float64  `toml:"epsilon_high"` // ratio clip above: 1 + epsilon_high (0 = epsilon)
 	Beta        float64  `toml:"beta"`         // weight of the k3 KL to the model without the adapter
+	EntropyCoef float64  `toml:"entropy_coef"` // weight of the completion tokens' entropy, subtracted from the loss (a bonus; < 0 a penalty)
 	Schedule    string   `toml:"schedule"`     // constant, linear, cosine
 	WarmupSteps int      `toml:"warmup_steps"` // updates of linear warm-up
 	MicroBatch  int      `toml:"micro_batch"`  // tokens packed into one forward-backward pass (its memory); 0 = sized from memory
@@ -238,6 +239,9 @@ type Arm struct {
 	// SelfCertaintyWeight is reward.self_certainty_weight (0 in every arm
 	// but the one that adds self-certainty to ConfClip).
 	SelfCertaintyWeight float64
+	// EntropyCoef is train.entropy_coef (0 in every arm but the one with
+	// the entropy term).
+	EntropyCoef float64
 }
 
 // Arms are the arms `confclip experiment` knows by name. ConfClip with GRPO
@@ -246,16 +250,18 @@ type Arm struct {
 // advantages and collapse (docs/method.md, "Our reading: ConfClip with
 // GRPO's std"); confclip_grpo_group is that variant, kept for comparison.
 var Arms = []Arm{
-	{"binary_grpo", "binary", "grpo", "group", 0},
-	{"confclip_grpo", "confclip", "grpo", "batch", 0},
-	{"confclip_grpo_group", "confclip", "grpo", "group", 0},
-	{"binary_grpo_batch", "binary", "grpo", "batch", 0},
-	{"confclip_dr_grpo", "confclip", "dr_grpo", "group", 0},
-	{"binary_dr_grpo", "binary", "dr_grpo", "group", 0},
-	{"confclip_rloo", "confclip", "rloo", "group", 0},
-	{"rlcr_grpo", "rlcr", "grpo", "group", 0},
-	{"self_certainty_grpo", "self_certainty", "grpo", "group", 0},
-	{"confclip_sc_grpo", "confclip", "grpo", "batch", ConfClipSCWeight},
+	{"binary_grpo", "binary", "grpo", "group", 0, 0},
+	{"confclip_grpo", "confclip", "grpo", "batch", 0, 0},
+	{"confclip_grpo_group", "confclip", "grpo", "group", 0, 0},
+	{"binary_grpo_batch", "binary", "grpo", "batch", 0, 0},
+	{"confclip_dr_grpo", "confclip", "dr_grpo", "group", 0, 0},
+	{"binary_dr_grpo", "binary", "dr_grpo", "group", 0, 0},
+	{"confclip_rloo", "confclip", "rloo", "group", 0, 0},
+	{"rlcr_grpo", "rlcr", "grpo", "group", 0, 0},
+	{"self_certainty_grpo", "self_certainty", "grpo", "group", 0, 0},
+	{"confclip_sc_grpo", "confclip", "grpo", "batch", ConfClipSCWeight, 0},
+	{"answer_prob_grpo", "answer_prob", "grpo", "group", 0, 0},
+	{"binary_grpo_entropy", "binary", "grpo", "group", 0, ArmEntropyCoef},
 }
 
 // ConfClipSCWeight is the self-certainty weight of arm confclip_sc_grpo:
@@ -263,6 +269,13 @@ var Arms = []Arm{
 // self-certainty orders the completions ConfClip scores alike rather than
 // override the verdict; the experiment measures what it does.
 const ConfClipSCWeight = 0.1
+
+// ArmEntropyCoef is train.entropy_coef in arm binary_grpo_entropy: beside
+// token_mean advantages of about unit size, a bonus that changes a token's
+// gradient by a hundredth of the entropy's (verl's former default was
+// 0.001, whose effect on a LoRA adapter over a few dozen steps is below
+// the seeds' spread); the experiment measures what it does.
+const ArmEntropyCoef = 0.01
 
 // ArmByName is the arm of Arms with that name.
 func ArmByName(name string) (Arm, error) {

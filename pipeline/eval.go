@@ -100,11 +100,18 @@ type EvalResult struct {
 	PassAtK         *float64 `json:"pass_at_k"`
 	// Calibration of the model's confidence (the [confidence] estimator)
 	// against correctness, greedy completions.
-	ECE     *float64   `json:"ece"`
-	Brier   *float64   `json:"brier"`
-	AUROC   *float64   `json:"auroc"`
-	Seconds float64    `json:"seconds"`
-	Cases   []EvalCase `json:"cases"`
+	ECE   *float64 `json:"ece"`
+	Brier *float64 `json:"brier"`
+	AUROC *float64 `json:"auroc"`
+	// Stated counts the greedy completions that state a confidence in a
+	// <confidence>q</confidence> tag (RLCR's format); StatedECE and
+	// StatedBrier are the calibration of those stated confidences against
+	// correctness (null when none states one).
+	Stated      int        `json:"stated"`
+	StatedECE   *float64   `json:"stated_ece"`
+	StatedBrier *float64   `json:"stated_brier"`
+	Seconds     float64    `json:"seconds"`
+	Cases       []EvalCase `json:"cases"`
 }
 
 // Evaluate generates a greedy completion for every prompt of o.Data with the
@@ -278,11 +285,20 @@ func (res *EvalResult) setStats(order []int) {
 			}
 		}
 	}
-	var conf []float64
-	var correct []bool
+	var conf, stated []float64
+	var correct, statedCorrect []bool
 	for _, i := range order {
 		conf = append(conf, res.Cases[i].Confidence)
 		correct = append(correct, res.Cases[i].Correct)
+		if q, ok := confclip.StatedConfidence(res.Cases[i].Text); ok {
+			stated = append(stated, q)
+			statedCorrect = append(statedCorrect, res.Cases[i].Correct)
+		}
+	}
+	res.StatedECE, res.StatedBrier = nil, nil
+	if res.Stated = len(stated); res.Stated > 0 {
+		cal := confclip.Calibrate(stated, statedCorrect)
+		res.StatedECE, res.StatedBrier = ptr(cal.ECE), ptr(cal.Brier)
 	}
 	if res.Prompts > 0 {
 		res.Accuracy = float64(res.Correct) / float64(res.Prompts)

@@ -23,7 +23,7 @@ func TrainerConfig(cfg Config) train.Config {
 	return train.Config{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay,
 		GradClip: t.GradClip, LossAgg: t.LossAgg, MaxTokens: maxCompletion(cfg),
 		MicroBatchTokens: t.MicroBatch, MemoryBytes: memoryBytes(t.Memory), Threads: cfg.Model.Threads,
-		Iterations: t.Iterations, EpsLow: t.Epsilon, EpsHigh: t.EpsilonHigh, Beta: t.Beta,
+		Iterations: t.Iterations, EpsLow: t.Epsilon, EpsHigh: t.EpsilonHigh, Beta: t.Beta, EntropyCoef: t.EntropyCoef,
 		Schedule: t.Schedule, WarmupSteps: t.WarmupSteps, TotalSteps: cfg.Run.Steps * max(t.Iterations, 1)}
 }
 

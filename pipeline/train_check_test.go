@@ -119,7 +119,7 @@ func TestTrainReportsMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if want := train.AutoMicroBatch(m, train.MemoryBudget(m, 0).Bytes); sum.MicroBatch != want {
+	if want := train.AutoMicroBatch(train.ModelShape(m), train.MemoryBudget(m, 0).Bytes); sum.MicroBatch != want {
 		t.Errorf("micro-batch %d, want %d (sized from the model)", sum.MicroBatch, want)
 	}
 	if sum.ComputeBufferBytes <= 0 || sum.PeakRSSBytes < sum.ComputeBufferBytes {

@@ -23,6 +23,15 @@ type ArmResult struct {
 	Sampled, SampledCI                           float64 // mean sampled completion length over the steps
 	ZeroStd, ZeroStdCI, ZeroStdBinary            float64
 	SecondsPerStep                               float64
+	// Calibration of the [confidence] estimator's confidence against
+	// correctness on the held-out greedy completions (pipeline's
+	// EvalResult): means over seeds, and 95% half-widths after.
+	ECEBefore, ECEAfter, ECEAfterCI       float64
+	BrierBefore, BrierAfter, BrierAfterCI float64
+	// The held-out greedy completions after training that state a
+	// confidence (<confidence>q</confidence>, RLCR's tag): their share, and
+	// the calibration of the stated numbers; means over seeds.
+	StatedAfter, StatedECEAfter, StatedBrierAfter float64
 	// SignificantSeeds counts the seeds whose held-out gain has a paired
 	// McNemar p < 0.01.
 	SignificantSeeds int
@@ -31,18 +40,28 @@ type ArmResult struct {
 
 // SeedResult is one run of an arm.
 type SeedResult struct {
-	Start          string  `json:"start,omitempty"` // the start's name, with experiment.starts
-	Seed           uint64  `json:"seed"`
-	Dir            string  `json:"dir"`
-	AccBefore      float64 `json:"held_out_accuracy_before"`
-	AccAfter       float64 `json:"held_out_accuracy_after"`
-	TokensBefore   float64 `json:"held_out_tokens_before"`
-	TokensAfter    float64 `json:"held_out_tokens_after"`
-	ZeroStd        float64 `json:"zero_std_frac"`        // mean over steps
-	ZeroStdBinary  float64 `json:"zero_std_frac_binary"` // mean over steps
-	SampledTokens  float64 `json:"sampled_tokens"`       // mean over steps of the rollouts' mean length
-	SecondsPerStep float64 `json:"seconds_per_step"`
-	SkippedSteps   int     `json:"skipped_steps"` // steps whose advantages were all zero
+	Start        string  `json:"start,omitempty"` // the start's name, with experiment.starts
+	Seed         uint64  `json:"seed"`
+	Dir          string  `json:"dir"`
+	AccBefore    float64 `json:"held_out_accuracy_before"`
+	AccAfter     float64 `json:"held_out_accuracy_after"`
+	TokensBefore float64 `json:"held_out_tokens_before"`
+	TokensAfter  float64 `json:"held_out_tokens_after"`
+	ECEBefore    float64 `json:"held_out_ece_before"`
+	ECEAfter     float64 `json:"held_out_ece_after"`
+	BrierBefore  float64 `json:"held_out_brier_before"`
+	BrierAfter   float64 `json:"held_out_brier_after"`
+	// StatedAfter is the share of held-out greedy completions after
+	// training that state a confidence; StatedECEAfter and StatedBrierAfter
+	// its calibration (NaN when none does).
+	StatedAfter      float64 `json:"held_out_stated_after"`
+	StatedECEAfter   float64 `json:"held_out_stated_ece_after"`
+	StatedBrierAfter float64 `json:"held_out_stated_brier_after"`
+	ZeroStd          float64 `json:"zero_std_frac"`        // mean over steps
+	ZeroStdBinary    float64 `json:"zero_std_frac_binary"` // mean over steps
+	SampledTokens    float64 `json:"sampled_tokens"`       // mean over steps of the rollouts' mean length
+	SecondsPerStep   float64 `json:"seconds_per_step"`
+	SkippedSteps     int     `json:"skipped_steps"` // steps whose advantages were all zero
 	// Fixed and Broken count the held-out prompts wrong before training
 	// and right after, and the reverse; McNemarP is the paired test's
 	// p-value (McNemar).
@@ -66,6 +85,7 @@ func (a *ArmResult) Summarise() {
 	a.Gain, a.GainCI = MeanCI95(col(func(s SeedResult) float64 { return s.AccAfter - s.AccBefore }))
 	a.Sampled, a.SampledCI = MeanCI95(col(func(s SeedResult) float64 { return s.SampledTokens }))
 	_, a.ZeroStdCI = MeanCI95(col(func(s SeedResult) float64 { return s.ZeroStd }))
+	a.SignificantSeeds = 0
 	for _, s := range a.Seeds {
 		if s.McNemarP < 0.01 {
 			a.SignificantSeeds++
@@ -76,6 +96,13 @@ func (a *ArmResult) Summarise() {
 	a.ZeroStd, _ = MeanStd(col(func(s SeedResult) float64 { return s.ZeroStd }))
 	a.ZeroStdBinary, _ = MeanStd(col(func(s SeedResult) float64 { return s.ZeroStdBinary }))
 	a.SecondsPerStep, _ = MeanStd(col(func(s SeedResult) float64 { return s.SecondsPerStep }))
+	a.ECEBefore, _ = MeanStd(col(func(s SeedResult) float64 { return s.ECEBefore }))
+	a.ECEAfter, a.ECEAfterCI = MeanCI95(col(func(s SeedResult) float64 { return s.ECEAfter }))
+	a.BrierBefore, _ = MeanStd(col(func(s SeedResult) float64 { return s.BrierBefore }))
+	a.BrierAfter, a.BrierAfterCI = MeanCI95(col(func(s SeedResult) float64 { return s.BrierAfter }))
+	a.StatedAfter, _ = MeanStd(col(func(s SeedResult) float64 { return s.StatedAfter }))
+	a.StatedECEAfter, _ = MeanStd(col(func(s SeedResult) float64 { return s.StatedECEAfter }))
+	a.StatedBrierAfter, _ = MeanStd(col(func(s SeedResult) float64 { return s.StatedBrierAfter }))
 }
 
 // MeanStd is the mean and the n-1 standard deviation of the finite values
@@ -142,12 +169,14 @@ func AverageRows(runs [][]metrics.Step) []metrics.Step {
 // ExperimentTable formats the arms as a Markdown table: held-out greedy
 // accuracy before and after with the gain's paired McNemar test (per seed
 // when there is one; otherwise how many seeds reached p < 0.01 and the
-// summed counts), and the mean sampled completion length and zero-std
-// fraction over the steps; ± is a 95% interval over seeds.
+// summed counts), the mean sampled completion length and zero-std
+// fraction over the steps, and the held-out calibration (ECE and Brier of
+// the [confidence] estimator against correctness) before and after; ± is a
+// 95% interval over seeds.
 func ExperimentTable(arms []ArmResult, seeds int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| arm | held-out accuracy before | after | gain | paired test of the gain (McNemar) | sampled tokens | zero-std fraction (binary) | held-out tokens before → after | s/step |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| arm | held-out accuracy before | after | gain | paired test of the gain (McNemar) | sampled tokens | zero-std fraction (binary) | held-out tokens before → after | held-out ECE before → after | Brier before → after | s/step |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range arms {
 		var test string
 		if len(a.Seeds) == 1 {
@@ -164,10 +193,24 @@ func ExperimentTable(arms []ArmResult, seeds int) string {
 			}
 			test = fmt.Sprintf("p < 0.01 in %d of %d %s (fixed %d, broken %d in all)", a.SignificantSeeds, len(a.Seeds), unit, fixed, broken)
 		}
-		fmt.Fprintf(&b, "| %s | %.3f | %s | %s | %s | %s | %s (%.2f) | %.1f → %.1f | %.1f |\n",
+		fmt.Fprintf(&b, "| %s | %.3f | %s | %s | %s | %s | %s (%.2f) | %.1f → %.1f | %.3f → %s | %.3f → %s | %.1f |\n",
 			a.Arm, a.AccBefore, pm(a.AccAfter, a.AccAfterCI, 3), pm(a.Gain, a.GainCI, 3), test,
 			pm(a.Sampled, a.SampledCI, 1), pm(a.ZeroStd, a.ZeroStdCI, 2), a.ZeroStdBinary,
-			a.TokensBefore, a.TokensAfter, a.SecondsPerStep)
+			a.TokensBefore, a.TokensAfter, a.ECEBefore, pm(a.ECEAfter, a.ECEAfterCI, 3),
+			a.BrierBefore, pm(a.BrierAfter, a.BrierAfterCI, 3), a.SecondsPerStep)
+	}
+	var stating []ArmResult
+	for _, a := range arms {
+		if a.StatedAfter > 0 {
+			stating = append(stating, a)
+		}
+	}
+	if len(stating) > 0 {
+		b.WriteString("\nStated confidence (`<confidence>q</confidence>`) in the held-out greedy completions after training, means over seeds:\n\n")
+		b.WriteString("| arm | completions stating one | ECE of the stated | Brier of the stated |\n|---|---|---|---|\n")
+		for _, a := range stating {
+			fmt.Fprintf(&b, "| %s | %.2f | %.3f | %.3f |\n", a.Arm, a.StatedAfter, a.StatedECEAfter, a.StatedBrierAfter)
+		}
 	}
 	runs := 0
 	if len(arms) > 0 {

@@ -55,17 +55,29 @@ func TestExperimentTables(t *testing.T) {
 		a := ArmResult{Arm: name}
 		for i, acc := range accs {
 			a.Seeds = append(a.Seeds, SeedResult{Seed: uint64(i + 1), AccBefore: 0.5, AccAfter: acc, SampledTokens: 8 + acc,
-				ZeroStd: 0.3, Fixed: 40, Broken: 10, McNemarP: mcNemarP(40, 10)})
+				ZeroStd: 0.3, Fixed: 40, Broken: 10, McNemarP: mcNemarP(40, 10),
+				ECEBefore: 0.2, ECEAfter: 0.1 + acc/10, BrierBefore: 0.25, BrierAfter: 0.3})
 		}
 		a.Summarise()
 		return a
 	}
 	one := ExperimentTable([]ArmResult{mk("binary_grpo", 0.6)}, 1)
-	if !strings.Contains(one, "fixed 40, broken 10, p = 2.4e-05") || strings.Contains(one, "±") {
+	if !strings.Contains(one, "fixed 40, broken 10, p = 2.4e-05") || strings.Contains(one, "±") ||
+		!strings.Contains(one, "| 0.200 → 0.160 | 0.250 → 0.300 |") {
 		t.Errorf("one seed:\n%s", one)
 	}
+	if strings.Contains(one, "Stated confidence") {
+		t.Errorf("no arm states a confidence, yet:\n%s", one)
+	}
 	arms := []ArmResult{mk("binary_grpo", 0.6, 0.62, 0.58), mk("confclip_grpo", 0.65, 0.62, 0.6)}
+	for i := range arms[1].Seeds {
+		arms[1].Seeds[i].StatedAfter, arms[1].Seeds[i].StatedECEAfter, arms[1].Seeds[i].StatedBrierAfter = 0.5, 0.1, 0.2
+	}
+	arms[1].Summarise()
 	many := ExperimentTable(arms, 3)
+	if !strings.Contains(many, "| confclip_grpo | 0.50 | 0.100 | 0.200 |") || strings.Count(many, "| binary_grpo |") != 1 {
+		t.Errorf("stated confidences:\n%s", many)
+	}
 	if !strings.Contains(many, "p < 0.01 in 3 of 3 seeds (fixed 120, broken 30 in all)") || !strings.Contains(many, "0.600 ± ") {
 		t.Errorf("three seeds:\n%s", many)
 	}

@@ -68,9 +68,10 @@ func TestActivationEstimate(t *testing.T) {
 		defer m.Close()
 		a := newAdapter(t, m, true)
 		for _, n := range []int{64, 256, 512} {
-			for _, streams := range []bool{false, true} {
-				if streams && n == 64 {
-					continue // one sequence: no streams
+			for _, v := range []struct{ streams, entropy bool }{{false, false}, {true, false}, {false, true}} {
+				streams := v.streams
+				if streams && n == 64 || v.entropy && n != 256 {
+					continue // one sequence: no streams; the entropy term at one size
 				}
 				// n/64 sequences of 64 tokens, or of 48 and 80 in turn
 				lengths := make([]int, n/64)
@@ -82,6 +83,9 @@ func TestActivationEstimate(t *testing.T) {
 				}
 				cfg := testConfig()
 				cfg.MicroBatchTokens = n
+				if v.entropy {
+					cfg.EntropyCoef = 0.01
+				}
 				tr, err := NewLoRATrainer(m, a, cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -95,11 +99,13 @@ func TestActivationEstimate(t *testing.T) {
 				if st.MicroBatches != 1 {
 					t.Fatalf("%s: %d micro-batches for %d tokens", name, st.MicroBatches, n)
 				}
-				est := ActivationBytes(ModelShape(m), n, n-16*len(lengths))
-				t.Logf("%s, %d tokens (streams %v): compute buffer %.2f MiB, estimate %.2f MiB (%.2fx)", name, n, streams,
+				shape := ModelShape(m)
+				shape.Entropy = v.entropy
+				est := ActivationBytes(shape, n, n-16*len(lengths))
+				t.Logf("%s, %d tokens (streams %v, entropy %v): compute buffer %.2f MiB, estimate %.2f MiB (%.2fx)", name, n, streams, v.entropy,
 					float64(got)/(1<<20), float64(est)/(1<<20), float64(est)/float64(got))
 				if got <= 0 || est < got || (!streams && est > 2*got) {
-					t.Errorf("%s, %d tokens (streams %v): estimate %d bytes against a compute buffer of %d", name, n, streams, est, got)
+					t.Errorf("%s, %d tokens (streams %v, entropy %v): estimate %d bytes against a compute buffer of %d", name, n, streams, v.entropy, est, got)
 				}
 			}
 		}
@@ -115,7 +121,7 @@ func TestAutoMicroBatch(t *testing.T) {
 	m := load(t, false)
 	s := ModelShape(m)
 	for _, budget := range []int64{MinActivationBudget, 1 << 20} {
-		n := AutoMicroBatch(m, budget)
+		n := AutoMicroBatch(s, budget)
 		if ActivationBytes(s, n, n) > budget || (n < MaxAutoMicroBatch && ActivationBytes(s, n+1, n+1) <= budget) {
 			t.Fatalf("budget %d: micro-batch %d, estimate %d, and %d for one more token", budget, n, ActivationBytes(s, n, n), ActivationBytes(s, n+1, n+1))
 		}
@@ -143,7 +149,7 @@ func TestAutoMicroBatch(t *testing.T) {
 		says   string
 	}{
 		{0, MaxAutoMicroBatch, "free RAM), at the cap of 512"},
-		{1 << 20, AutoMicroBatch(m, 1<<20), "within a budget of 1 MiB (train.memory)"},
+		{1 << 20, AutoMicroBatch(ModelShape(m), 1<<20), "within a budget of 1 MiB (train.memory)"},
 	} {
 		cfg := testConfig()
 		cfg.MicroBatchTokens, cfg.MemoryBytes = 0, tc.memory

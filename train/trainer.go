@@ -44,6 +44,11 @@ type Config struct {
 	// Beta weighs the k3 KL to the reference (the base model without the
 	// adapter); 0 = no KL term and no reference forward.
 	Beta float64
+	// EntropyCoef adds -EntropyCoef times the completion tokens' entropy,
+	// aggregated as the policy-gradient term is (each token's H(p) with its
+	// sequence's factor z_i), to the loss: verl's entropy_coeff, an entropy
+	// bonus for positive values. 0 = no term, and the graph without it.
+	EntropyCoef float64
 	// Schedule (constant, linear, cosine) and WarmupSteps shape the
 	// learning rate over the updates; TotalSteps is the number of updates
 	// the decays end at (a run's steps times Iterations).
@@ -216,10 +221,12 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	if cfg.MicroBatchTokens <= 0 {
 		b := MemoryBudget(m, cfg.MemoryBytes)
 		budget = b.Bytes
-		cfg.MicroBatchTokens = AutoMicroBatch(m, b.Bytes)
+		shape := ModelShape(m)
+		shape.Entropy = cfg.EntropyCoef != 0
+		cfg.MicroBatchTokens = AutoMicroBatch(shape, b.Bytes)
 		n := cfg.MicroBatchTokens
 		sizing = fmt.Sprintf("micro-batch %d tokens: estimated activations %s within a budget of %s (%s)",
-			n, FormatBytes(ActivationBytes(ModelShape(m), n, n)), FormatBytes(b.Bytes), b.Source)
+			n, FormatBytes(ActivationBytes(shape, n, n)), FormatBytes(b.Bytes), b.Source)
 		if n == MaxAutoMicroBatch {
 			sizing += fmt.Sprintf(", at the cap of %d", MaxAutoMicroBatch)
 		}
@@ -327,7 +334,7 @@ func (t *Trainer) weights(exs []Example) []float64 {
 // hold it), each sequence with its weight w[i] or, where tokenW[i] is
 // given, its tokens' weights. Every example is checked; those with skip[i]
 // are left out (skip may be nil).
-func (t *Trainer) microBatches(exs []Example, w []float64, tokenW [][]float32, skip []bool) ([][]llama.PGSeq, error) {
+func (t *Trainer) microBatches(exs []Example, w []float64, tokenW, entW [][]float32, skip []bool) ([][]llama.PGSeq, error) {
 	var out [][]llama.PGSeq
 	var cur []llama.PGSeq
 	n := 0
@@ -362,6 +369,9 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW [][]float32, s
 		}
 		if tokenW != nil {
 			seq.TokenWeights = tokenW[i]
+		}
+		if entW != nil {
+			seq.EntropyWeights = entW[i]
 		}
 		cur = append(cur, seq)
 		n += len(toks)
@@ -453,7 +463,8 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 			w[i] = adv[i] * z[i]
 		}
 	}
-	mbs, err := t.microBatches(exs, w, tokenW, skip)
+	entW := t.entropyWeights(exs, z, mk)
+	mbs, err := t.microBatches(exs, w, tokenW, entW, skip)
 	if err != nil {
 		return st, err
 	}
@@ -557,6 +568,26 @@ func (t *Trainer) fillReference(exs []Example) error {
 	return nil
 }
 
+// entropyWeights are the per-token weights of the entropy term: the
+// sequence's factor z_i times EntropyCoef on every token the mask keeps
+// (verl's agg_loss of the entropy with the policy loss's aggregation); nil
+// without the term.
+func (t *Trainer) entropyWeights(exs []Example, z []float64, mk [][]bool) [][]float32 {
+	if t.cfg.EntropyCoef == 0 {
+		return nil
+	}
+	out := make([][]float32, len(exs))
+	for i, e := range exs {
+		out[i] = make([]float32, len(e.Completion))
+		for k := range out[i] {
+			if mk == nil || mk[i] == nil || mk[i][k] {
+				out[i][k] = float32(t.cfg.EntropyCoef * z[i])
+			}
+		}
+	}
+	return out
+}
+
 // Grads is the gradient of the last Gradient or Step call, one slice per param.
 func (t *Trainer) Grads() [][]float32 { return t.grads }
 
@@ -565,14 +596,16 @@ func (t *Trainer) Grads() [][]float32 { return t.grads }
 // zero advantage, a zero norm (masked) or every token masked. Its clipped
 // ratio term is min(r·0, clip(r)·0) = 0 whatever the ratio r, and never
 // counts as clipped. nil when none is, or when Beta > 0 (the KL term pulls
-// every sequence).
+// every sequence). With an entropy term only the masked examples are left
+// out: the entropy pulls every other sequence.
 func (t *Trainer) zeroWeight(exs []Example, z []float64) []bool {
 	if t.cfg.Beta != 0 || t.cfg.keepZeroWeight {
 		return nil
 	}
 	var skip []bool
 	for i, e := range exs {
-		if e.Advantage == 0 || z[i] == 0 || e.Mask != nil && e.kept() == 0 {
+		noPG := e.Advantage == 0 && t.cfg.EntropyCoef == 0
+		if noPG || z[i] == 0 || e.Mask != nil && e.kept() == 0 {
 			if skip == nil {
 				skip = make([]bool, len(exs))
 			}
@@ -583,11 +616,12 @@ func (t *Trainer) zeroWeight(exs []Example, z []float64) []bool {
 }
 
 // zeroSignal reports whether no example carries an advantage (all zero or
-// masked): such a batch has nothing to teach.
-func zeroSignal(exs []Example) bool {
+// masked): such a batch has nothing to teach. With an entropy term
+// (entropy), any unmasked example has its entropy's gradient.
+func zeroSignal(exs []Example, entropy bool) bool {
 	for _, e := range exs {
 		allMasked := e.Masked || e.Mask != nil && e.kept() == 0
-		if !allMasked && e.Advantage != 0 {
+		if !allMasked && (e.Advantage != 0 || entropy) {
 			return false
 		}
 	}
@@ -611,7 +645,7 @@ func (t *Trainer) Step(ctx context.Context, exs []Example) (StepStats, error) {
 	if err != nil {
 		return StepStats{}, err
 	}
-	if zeroSignal(exs) {
+	if zeroSignal(exs, t.cfg.EntropyCoef != 0) {
 		return StepStats{Sequences: len(exs), Skipped: true}, nil
 	}
 	st, err := t.gradient(ctx, exs, z)
@@ -687,7 +721,7 @@ func (t *Trainer) LogProbs(exs []Example) ([][]float32, error) { return t.logPro
 // logProbs is LogProbs leaving out the examples with skip[i]: theirs come
 // back as zeros (a zero-weight example's terms do not depend on them).
 func (t *Trainer) logProbs(exs []Example, skip []bool) ([][]float32, error) {
-	mbs, err := t.microBatches(exs, make([]float64, len(exs)), nil, skip)
+	mbs, err := t.microBatches(exs, make([]float64, len(exs)), nil, nil, skip)
 	if err != nil {
 		return nil, err
 	}
