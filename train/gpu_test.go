@@ -42,13 +42,14 @@ func relErr(a, b [][]float32) float64 {
 
 // TestGPUGradientMatchesCPU: a training step's gradients with every layer
 // on the device against the CPU's, for LoRA and for full-parameter
-// training, and for LoRA on sequences of one length (whose attention runs
-// in streams, patch 0039), to F32's precision (F16's where the device's matrix products
+// training, for LoRA on sequences of one length (whose attention runs
+// in streams, patch 0039) and for LoRA with the entropy term (patch 0056),
+// to F32's precision (F16's where the device's matrix products
 // round to F16: testutil.PrecisionBound). It also lists the training
 // graph's ops that the scheduler ran on the CPU (docs/gpu.md quotes them).
 func TestGPUGradientMatchesCPU(t *testing.T) {
 	gpu := testutil.GPU(t)
-	for _, kind := range []string{"lora", "full", "streams"} {
+	for _, kind := range []string{"lora", "full", "streams", "entropy"} {
 		t.Run(kind, func(t *testing.T) {
 			var grads [2][][]float32
 			var losses [2]float64
@@ -65,7 +66,11 @@ func TestGPUGradientMatchesCPU(t *testing.T) {
 						exs = lengthExamples(m, 4, []int{12, 12, 12}, 1)
 					}
 					if kind != "full" {
-						tr, err = NewLoRATrainer(m, newAdapter(t, m, true), testConfig())
+						cfg := testConfig()
+						if kind == "entropy" {
+							cfg.EntropyCoef = 0.05
+						}
+						tr, err = NewLoRATrainer(m, newAdapter(t, m, true), cfg)
 					} else {
 						var ws []string
 						if ws, err = F32Weights(tinyPath); err == nil {
