@@ -92,7 +92,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real demo-real-data bench-trl bench-mathverify experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -268,6 +268,22 @@ bench: $(LIBS) bin/confclip
 	bin/confclip gen-model --arch gemma3 -o build/mutants-gemma3.gguf
 	$(GO) run scripts/mutants.go -n $(MUTANTS) -bin bin/confclip -keep build/mutants \
 		-model ../shared/models/stories260K.gguf,build/mutants-qwen2.gguf,build/mutants-gemma3.gguf
+	$(MAKE) bench-mathverify bench-trl
+
+# The math verifier against the math-verify package on the labelled corpus
+# (verifiers/testdata/math_cases.jsonl): agreement and speed, rewritten into
+# docs/math-verify.md.
+bench-mathverify: bin/confclip
+	@bash scripts/trl-venv.sh
+	build/trl-venv/bin/python scripts/mathverify-compare.py --json build/mathverify.json > build/math-verify.md
+	mv build/math-verify.md docs/math-verify.md
+
+# confclip's RL loop beside TRL's GRPOTrainer on the real-model demo's task,
+# model and settings, both on 2 threads (scripts/bench-trl.sh; build/trl-venv,
+# 4.5 GB, from the package index; build/bench-trl): one line,
+# "trl: confclip A s/step, TRL B s/step ...", and the table before it.
+bench-trl: demo-real-data
+	@bash scripts/bench-trl.sh
 
 # GPU against CPU: rollouts and training steps with every layer on the first
 # GPU against the CPU, in one run each (scripts/gpu-check.sh).
@@ -348,11 +364,13 @@ demo: bin/confclip
 DEMO_REAL := build/demo-real
 SMOLLM2_F32 := $(DEMO_REAL)/smollm2-135m-instruct-f32.gguf
 DEMO_REAL_SYSTEM := You are a math tutor. Compute the result and finish with the sentence "The answer is N.", with N the final number.
-demo-real: bin/confclip real-models
+demo-real-data: bin/confclip real-models
 	@mkdir -p $(DEMO_REAL)
 	./bin/confclip gen-task --out-dir $(DEMO_REAL)/data --n 3000 --held-out 500 --max-operand 10 \
 	  --max-word-operand 10 --ops add,sub,word --seed 1 --system '$(DEMO_REAL_SYSTEM)'
 	@[ -f $(SMOLLM2_F32) ] || ./bin/confclip quantize --type f32 build/models/smollm2-135m-instruct.gguf $(SMOLLM2_F32)
+
+demo-real: demo-real-data
 	./bin/confclip version
 	rm -rf $(DEMO_REAL)/experiment
 	@start=$$(date +%s); ./bin/confclip experiment examples/demo-real.toml || exit 1; \

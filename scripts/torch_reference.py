@@ -18,14 +18,22 @@ confclip does with the same shapes:
              and its log-probability kept
 
 It prints one JSON object per line: {"what": ..., "threads": T,
-"tokens_per_s": best of --reps}. Tokens are all the sequences' positions for
+"tokens_per_s": best of --reps}, after a first line {"what": "blas", ...}
+that says which BLAS the products run on: torch's own BLAS_INFO, the BLAS
+library the process loaded (from /proc/self/maps), OpenBLAS's core type
+(openblas_get_corename) when that is the one, torch's CPU capability, and the
+GFLOP/s of a 768 x 768 x 768 F32 product at --threads (best of 20): an anchor
+that runs a generic or reference BLAS proves nothing. Tokens are all the sequences' positions for
 forward and train (as the Go side counts them), generated tokens for
 generate. Plain PyTorch on purpose: what a TRL user runs on a CPU.
 """
 
 import argparse
+import ctypes
 import json
 import math
+import os
+import re
 import sys
 import time
 
@@ -133,6 +141,52 @@ class Llama(nn.Module):
         return lp.gather(-1, toks[:, n_prompt:, None]).squeeze(-1)
 
 
+def blas_info(threads):
+    """Which BLAS torch's products run on, and how fast a 768^3 product is."""
+    cfg = torch.__config__.show()
+    info = {"torch": torch.__version__, "threads": threads}
+    for key in ("BLAS_INFO", "USE_MKL", "USE_MKLDNN", "USE_OPENMP"):
+        m = re.search(r"\b" + key + r"=([^,\s]+)", cfg)
+        if m:
+            info[key.lower()] = m.group(1)
+    libs = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                name = os.path.basename(path)
+                # numpy's own OpenBLAS and CUDA's cuBLAS are not torch's CPU BLAS
+                if any(k in name for k in ("blas", "mkl", "lapack", "dnnl")) and "numpy" not in path and "cublas" not in name:
+                    libs.add(os.path.realpath(path))
+    except OSError:
+        pass
+    info["libraries"] = sorted(libs)
+    for lib in libs:
+        if "openblas" in os.path.basename(lib):
+            try:
+                ob = ctypes.CDLL(lib)
+                ob.openblas_get_corename.restype = ctypes.c_char_p
+                info["openblas_core"] = ob.openblas_get_corename().decode()
+                ob.openblas_get_config.restype = ctypes.c_char_p
+                info["openblas_config"] = ob.openblas_get_config().decode()
+            except (OSError, AttributeError):
+                pass
+    if not any("openblas" in l or "mkl" in l for l in libs) and "mkl" not in info.get("blas_info", ""):
+        info["reference_blas"] = True  # netlib's libblas.so.3: unoptimised
+    try:
+        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    except AttributeError:  # torch < 2.0
+        pass
+    a, b = torch.randn(768, 768), torch.randn(768, 768)
+    best = float("inf")
+    for _ in range(21):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    info["gflops_768"] = round(2 * 768 ** 3 / best / 1e9, 1)
+    return info
+
+
 def best_rate(f, tokens, reps):
     f()  # warm up
     best = 0.0
@@ -159,12 +213,15 @@ def main():
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--what", default="forward,train,generate")
+    ap.add_argument("--what", default="forward,train,generate", help="comma-separated: blas, forward, train, generate")
     a = ap.parse_args()
 
     torch.manual_seed(1)
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
+    print(json.dumps(dict(what="blas", **blas_info(a.threads))), flush=True)
+    if a.what == "blas":
+        return 0
     m = Llama(a.vocab, a.embd, a.layers, a.heads, a.heads_kv, a.ff)
     n = a.prompt + a.completion
     toks = torch.randint(3, a.vocab, (a.seqs, n))

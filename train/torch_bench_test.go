@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,17 +24,129 @@ import (
 	"github.com/confclip/confclip/sampler"
 )
 
-// torchPython is the interpreter the PyTorch comparison runs: Debian's, where
-// python3-torch installs torch.
-const torchPython = "/usr/bin/python3"
+// torchAnchor is one PyTorch to compare with: an interpreter that imports
+// torch, and the environment its runs get.
+type torchAnchor struct {
+	name   string
+	python string
+	env    []string
+	blas   string // what its BLAS report said, for the table
+}
+
+// torchAnchors are the PyTorch builds BenchmarkAgainstPyTorch compares with,
+// where present: Debian's python3-torch (1.13, its products through
+// libblas.so.3: OpenBLAS with libopenblas0-openmp, else netlib's reference
+// BLAS, which is refused) and the package index's current torch with its
+// own MKL and oneDNN, in build/trl-venv (make bench-trl lays it down).
+var torchAnchors = []torchAnchor{
+	{name: "Debian's PyTorch", python: "/usr/bin/python3"},
+	{name: "PyTorch from the package index", python: filepath.Join("..", "build", "trl-venv", "bin", "python")},
+}
 
 // torchScript is the reference: a plain torch.nn llama with the model's
 // shapes and LoRA on its seven matrices.
 var torchScript = filepath.Join("..", "scripts", "torch_reference.py")
 
+// blasReport is torch_reference.py --what blas's line.
+type blasReport struct {
+	Torch     string   `json:"torch"`
+	BLASInfo  string   `json:"blas_info"`
+	Libraries []string `json:"libraries"`
+	Core      string   `json:"openblas_core"`
+	Reference bool     `json:"reference_blas"`
+	CPU       string   `json:"cpu_capability"`
+	GFLOPS    float64  `json:"gflops_768"`
+}
+
+func (r blasReport) String() string {
+	what := r.BLASInfo
+	if r.Core != "" {
+		what = "OpenBLAS, " + r.Core + " kernels"
+	}
+	if r.CPU != "" {
+		what += ", CPU capability " + r.CPU
+	}
+	return fmt.Sprintf("torch %s, BLAS %s: %.0f GFLOP/s on a 768^3 F32 product", r.Torch, what, r.GFLOPS)
+}
+
+// cpuFlag reports whether /proc/cpuinfo lists the flag.
+func cpuFlag(flag string) bool {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "flags"); ok {
+			return slices.Contains(strings.Fields(rest), flag)
+		}
+	}
+	return false
+}
+
+// readBLAS runs the reference script's BLAS report under env.
+func readBLAS(python string, env []string, threads int) (blasReport, error) {
+	cmd := exec.Command(python, torchScript, "--what", "blas", "--threads", strconv.Itoa(threads),
+		"--vocab", "8", "--embd", "8", "--layers", "1", "--heads", "1", "--heads-kv", "1", "--ff", "8")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	var r blasReport
+	if err != nil {
+		return r, fmt.Errorf("%s: %v: %s", python, err, bytes.TrimSpace(out))
+	}
+	line, _, _ := bytes.Cut(out, []byte("\n"))
+	if err := json.Unmarshal(line, &r); err != nil {
+		return r, fmt.Errorf("%s printed %q: %v", torchScript, line, err)
+	}
+	return r, nil
+}
+
+// prepareAnchor checks that an anchor runs at its best: a reference BLAS is
+// refused, and for OpenBLAS the core types this CPU can run are each timed
+// (OPENBLAS_CORETYPE; its own choice first) and the fastest is kept: Debian's
+// OpenBLAS 0.3.21 falls back to generic kernels on CPUs newer than it.
+func prepareAnchor(a torchAnchor) (torchAnchor, error) {
+	if _, err := os.Stat(a.python); err != nil {
+		return a, fmt.Errorf("%s is absent", a.python)
+	}
+	r, err := readBLAS(a.python, nil, 1)
+	if err != nil {
+		return a, err
+	}
+	if r.Reference {
+		return a, fmt.Errorf("torch %s runs on the reference BLAS (%v, %.1f GFLOP/s): install libopenblas0-openmp", r.Torch, r.Libraries, r.GFLOPS)
+	}
+	best := r
+	if r.Core != "" {
+		cores := []string{"Haswell", "Zen"}
+		if cpuFlag("avx512f") {
+			cores = append(cores, "SkylakeX", "Cooperlake", "SapphireRapids")
+		}
+		for _, c := range cores {
+			env := []string{"OPENBLAS_CORETYPE=" + c}
+			rc, err := readBLAS(a.python, env, 1)
+			if err != nil || !strings.EqualFold(rc.Core, c) {
+				continue // this OpenBLAS does not know the core
+			}
+			if rc.GFLOPS > best.GFLOPS {
+				best, a.env = rc, env
+			}
+		}
+	}
+	a.blas = best.String()
+	if len(a.env) > 0 {
+		a.blas += " (" + strings.Join(a.env, " ") + "; its own choice, " + r.Core + ", ran " + fmt.Sprintf("%.0f", r.GFLOPS) + ")"
+	}
+	return a, nil
+}
+
 // sideRates are one side's best tokens/s at one thread count.
 type sideRates struct {
 	forward, train1, train8, generate float64
+}
+
+// at is the k-th rate: forward, train1, train8, generate.
+func (r *sideRates) at(k int) float64 {
+	return [...]float64{r.forward, r.train1, r.train8, r.generate}[k]
 }
 
 func (r *sideRates) keepBest(o sideRates) {
@@ -47,17 +160,27 @@ func (r *sideRates) keepBest(o sideRates) {
 // positions), a LoRA policy-gradient step over them (rank 8 on all seven
 // matrices; one sequence per pass and eight per pass, confclip's micro-batch
 // 64 and 512 tokens) and G=8 sampled generation of 128 tokens, at 1 and 2
-// threads. PyTorch's side is scripts/torch_reference.py, run by Debian's
-// python3 (apt-get install python3-torch libopenblas0-openmp); without
-// torch the benchmark prints NOT RUN. The sides alternate, two rounds, each
-// keeping its best rate.
+// threads. PyTorch's side is scripts/torch_reference.py, run by each
+// anchor of torchAnchors that is present (Debian's python3-torch with
+// libopenblas0-openmp; the package index's torch in build/trl-venv), each
+// first checked to run at its best (prepareAnchor: which BLAS, which
+// kernels, GFLOP/s; a reference BLAS is refused); without any the benchmark
+// prints NOT RUN. The sides alternate, two rounds, each keeping its best
+// rate.
 func BenchmarkAgainstPyTorch(b *testing.B) {
-	ver, err := exec.Command(torchPython, "-c", "import torch; print(torch.__version__)").CombinedOutput()
-	if err != nil {
-		fmt.Printf("\nPyTorch comparison: NOT RUN (%s cannot import torch: install python3-torch and libopenblas0-openmp)\n\n", torchPython)
-		b.Skipf("NOT RUN: %s cannot import torch: %s", torchPython, bytes.TrimSpace(ver))
+	var anchors []torchAnchor
+	for _, a := range torchAnchors {
+		ready, err := prepareAnchor(a)
+		if err != nil {
+			fmt.Printf("\nPyTorch comparison, %s: NOT RUN (%v)\n", a.name, err)
+			continue
+		}
+		fmt.Printf("\nPyTorch comparison, %s: %s\n", ready.name, ready.blas)
+		anchors = append(anchors, ready)
 	}
-	torchVersion := "PyTorch " + string(bytes.TrimSpace(ver))
+	if len(anchors) == 0 {
+		b.Skip("NOT RUN: no PyTorch to compare with (Debian's python3-torch with libopenblas0-openmp, or make bench-trl's build/trl-venv)")
+	}
 	bench := filepath.Join("..", modelgen.BenchPath)
 	if err := modelgen.Cached(bench, modelgen.Bench()); err != nil {
 		b.Skipf("NOT RUN: %v", err)
@@ -73,9 +196,15 @@ func BenchmarkAgainstPyTorch(b *testing.B) {
 		threads = append(threads, 2)
 	}
 	ours := map[int]*sideRates{}
-	torch := map[int]*sideRates{}
+	torch := make([]map[int]*sideRates, len(anchors))
+	for i := range anchors {
+		torch[i] = map[int]*sideRates{}
+		for _, t := range threads {
+			torch[i][t] = &sideRates{}
+		}
+	}
 	for _, t := range threads {
-		ours[t], torch[t] = &sideRates{}, &sideRates{}
+		ours[t] = &sideRates{}
 	}
 	b.ResetTimer()
 	for round := range 2 {
@@ -83,11 +212,13 @@ func BenchmarkAgainstPyTorch(b *testing.B) {
 			// alternate which side goes first: the machine's load drifts
 			runOurs := func() { ours[t].keepBest(oursRates(b, m, t)) }
 			runTorch := func() {
-				r, err := torchRates(spec, m.NVocab(), t)
-				if err != nil {
-					b.Fatal(err)
+				for i, a := range anchors {
+					r, err := torchRates(a, spec, m.NVocab(), t)
+					if err != nil {
+						b.Fatal(err)
+					}
+					torch[i][t].keepBest(r)
 				}
-				torch[t].keepBest(r)
 			}
 			if round%2 == 0 {
 				runTorch()
@@ -100,22 +231,27 @@ func BenchmarkAgainstPyTorch(b *testing.B) {
 	}
 	b.StopTimer()
 	var out bytes.Buffer
-	fmt.Fprintf(&out, "bench-100m shapes, F32, LoRA rank 8 on 7 matrices; tokens/s, best of 2 alternating rounds; %s; load average at the end %s.\n\n", torchVersion, testutil.LoadAverage())
-	fmt.Fprintln(&out, "| threads | work | PyTorch | confclip | confclip/PyTorch |")
-	fmt.Fprintln(&out, "|---:|---|---:|---:|---:|")
+	fmt.Fprintf(&out, "bench-100m shapes, F32, LoRA rank 8 on 7 matrices; tokens/s, best of 2 alternating rounds; load average at the end %s.\n\n", testutil.LoadAverage())
+	for i, a := range anchors {
+		fmt.Fprintf(&out, "- PyTorch %c: %s, %s.\n", 'A'+i, a.name, a.blas)
+	}
+	header, rule := "| threads | work | confclip |", "|---:|---|---:|"
+	for i := range anchors {
+		header += fmt.Sprintf(" PyTorch %c | confclip/%c |", 'A'+i, 'A'+i)
+		rule += "---:|---:|"
+	}
+	fmt.Fprintf(&out, "\n%s\n%s\n", header, rule)
 	for _, t := range threads {
-		o, p := ours[t], torch[t]
-		for _, row := range []struct {
-			name string
-			p, o float64
-		}{
-			{"forward (teacher forcing, 16 x 64)", p.forward, o.forward},
-			{"training step, 1 sequence a pass", p.train1, o.train1},
-			{"training step, 8 sequences a pass", p.train8, o.train8},
-			{"generation, G=8 x 128 sampled", p.generate, o.generate},
-		} {
-			fmt.Fprintf(&out, "| %d | %s | %.0f | %.0f | %.2f |\n", t, row.name, row.p, row.o, row.o/row.p)
-			b.ReportMetric(row.o/row.p, fmt.Sprintf("ratio-%dt-%s", t, strings.Fields(row.name)[0]))
+		o := ours[t]
+		for k, name := range []string{"forward (teacher forcing, 16 x 64)", "training step, 1 sequence a pass",
+			"training step, 8 sequences a pass", "generation, G=8 x 128 sampled"} {
+			row := fmt.Sprintf("| %d | %s | %.0f |", t, name, o.at(k))
+			for i := range anchors {
+				p := torch[i][t].at(k)
+				row += fmt.Sprintf(" %.0f | %.2f |", p, o.at(k)/p)
+				b.ReportMetric(o.at(k)/p, fmt.Sprintf("ratio-%c-%dt-%s", 'A'+i, t, strings.Fields(name)[0]))
+			}
+			fmt.Fprintln(&out, row)
 		}
 	}
 	fmt.Printf("\nconfclip against PyTorch on this CPU:\n\n%s\n", out.String())
@@ -127,12 +263,13 @@ func BenchmarkAgainstPyTorch(b *testing.B) {
 }
 
 // torchRates runs the reference script once at the given threads.
-func torchRates(spec modelgen.Spec, vocab, threads int) (sideRates, error) {
-	cmd := exec.Command(torchPython, torchScript, "--vocab", strconv.Itoa(vocab), "--embd", strconv.Itoa(spec.Embd),
+func torchRates(a torchAnchor, spec modelgen.Spec, vocab, threads int) (sideRates, error) {
+	cmd := exec.Command(a.python, torchScript, "--vocab", strconv.Itoa(vocab), "--embd", strconv.Itoa(spec.Embd),
 		"--layers", strconv.Itoa(spec.Layers), "--heads", strconv.Itoa(spec.Heads), "--heads-kv", strconv.Itoa(spec.HeadsKV),
 		"--ff", strconv.Itoa(spec.FF), "--threads", strconv.Itoa(threads), "--reps", "2")
 	// OpenBLAS and OpenMP take their threads from torch.set_num_threads
-	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS="+strconv.Itoa(threads), "OPENBLAS_NUM_THREADS="+strconv.Itoa(threads))
+	cmd.Env = append(append(os.Environ(), a.env...), "OMP_NUM_THREADS="+strconv.Itoa(threads), "OPENBLAS_NUM_THREADS="+strconv.Itoa(threads),
+		"MKL_NUM_THREADS="+strconv.Itoa(threads))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
