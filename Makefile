@@ -92,7 +92,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real demo-real-data bench-trl bench-mathverify experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real demo-real-data bench-trl bench-mathverify gpu-bundle experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip
 
@@ -289,6 +289,30 @@ bench-trl: demo-real-data
 # GPU against the CPU, in one run each (scripts/gpu-check.sh).
 bench-gpu: $(LIBS)
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench BenchmarkGPU -benchtime 3x -timeout 30m ./rollout ./train
+
+# The GPU check's bundle (scripts/gpu-check.sh, docs/gpu.md): a GPU build's
+# binary and its GPU tests compiled with `go test -c` and the test target's
+# flags, with stories260K and the demo's model and data (make demo first), in
+# $(BUILD)/gpu-check, packed into $(BUILD)/gpu-check.tar.xz for a GPU machine
+# that builds nothing:
+#   make GGML_CUDA=ON PORTABLE=1 gpu-bundle
+# GPU_BUNDLE_SM=90 links it against a copy of libggml-cuda.a pruned to that
+# architecture (nvprune), to keep it small enough to carry. Not yet run: it
+# needs a CUDA toolkit here (docs/gpu.md, "CUDA").
+GPU_BACKEND   := $(if $(filter ON,$(GGML_CUDA)),cuda,$(if $(filter ON,$(GGML_VULKAN)),vulkan))
+GPU_BUNDLE    := $(BUILD)/gpu-check
+GPU_BUNDLE_SM ?=
+GPU_BUNDLE_LD := $(if $(GPU_BUNDLE_SM),-L$(CURDIR)/$(BUILD)/lib-sm$(GPU_BUNDLE_SM) )
+gpu-bundle: $(LIBS)
+	@[ -n '$(GPU_BACKEND)' ] || { echo "gpu-bundle: a GPU build: make GGML_CUDA=ON PORTABLE=1 gpu-bundle (or GGML_VULKAN=ON)" >&2; exit 1; }
+	@[ -f build/demo/word.gguf ] && [ -f build/demo/data/train.jsonl ] || { echo "gpu-bundle: build/demo/word.gguf and build/demo/data are missing: run make demo first" >&2; exit 1; }
+	@[ -f ../shared/models/stories260K.gguf ] || { echo "gpu-bundle: ../shared/models/stories260K.gguf is missing" >&2; exit 1; }
+	rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE).tar.xz
+	mkdir -p $(GPU_BUNDLE)/bin $(GPU_BUNDLE)/tests
+	$(if $(GPU_BUNDLE_SM),mkdir -p $(BUILD)/lib-sm$(GPU_BUNDLE_SM) && nvprune -arch sm_$(GPU_BUNDLE_SM) $(LIBDIR)/libggml-cuda.a -o $(BUILD)/lib-sm$(GPU_BUNDLE_SM)/libggml-cuda.a)
+	CGO_LDFLAGS='$(GPU_BUNDLE_LD)'"$$CGO_LDFLAGS" $(GO) build $(GOFLAGS_LD) -o $(GPU_BUNDLE)/bin/confclip-$(GPU_BACKEND) ./cmd/confclip
+	CGO_LDFLAGS='$(GPU_BUNDLE_LD)'"$$CGO_LDFLAGS" $(GO) test -c $(GOFLAGS_LD) -o $(GPU_BUNDLE)/tests/ ./llama ./rollout ./train
+	bash scripts/gpu-check.sh --pack $(GPU_BUNDLE)
 
 # linux/arm64 (the NEON kernels Apple Silicon and arm64 servers get): llama.cpp
 # and bin/confclip-arm64 cross-built with Debian's gcc-aarch64-linux-gnu (Go
