@@ -26,14 +26,8 @@ if ! "$py" -c 'import torch, requests, yaml, psutil, venv' 2>/dev/null; then
 fi
 
 # Made again when the requirements change; a half-made one is removed.
-stamp=$(sha256sum "$req" | cut -c1-16)
-if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ]; then
-  echo "peft-venv: $venv is up to date" >&2
-  exit 0
-fi
-rm -rf "$venv"
-trap 'rm -rf "$venv"' ERR
-"$py" -m venv --system-site-packages "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes -r "$req"
+. scripts/venv-lib.sh
+venv_current peft-venv "$venv" "$req"
+venv_install "$venv" "$req" "$py" --system-site-packages
 "$venv/bin/python" -c 'import torch, transformers, peft, gguf; print("peft-venv: torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' >&2
-echo "$stamp" >"$venv/.stamp"
+venv_done "$venv"

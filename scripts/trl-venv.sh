@@ -29,15 +29,9 @@ if ! "$py" -c 'import sys, venv, ensurepip; assert sys.version_info[:2] == (3, 1
 fi
 
 # Made again when the requirements change; a half-made one is removed.
-stamp=$(sha256sum "$req" | cut -c1-16)
-if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ]; then
-  echo "trl-venv: $venv is up to date" >&2
-  exit 0
-fi
-rm -rf "$venv"
-trap 'rm -rf "$venv"' ERR
-"$py" -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --require-hashes -r "$req"
+. scripts/venv-lib.sh
+venv_current trl-venv "$venv" "$req"
+venv_install "$venv" "$req" "$py"
 "$venv/bin/python" -W ignore - >&2 <<'EOF'
 import torch, transformers, trl, peft, accelerate, math_verify, threadpoolctl, gguf
 from importlib.metadata import version
@@ -47,5 +41,5 @@ print("trl-venv: torch", torch.__version__, "transformers", transformers.__versi
 print("trl-venv: MKL", torch.backends.mkl.is_available(), "oneDNN", torch.backends.mkldnn.is_available(),
       "CPU capability", torch.backends.cpu.get_cpu_capability())
 EOF
-echo "$stamp" >"$venv/.stamp"
+venv_done "$venv"
 echo "trl-venv: $venv: $(du -sh "$venv" | cut -f1)" >&2

@@ -66,20 +66,7 @@ func decodeEntropies(t *testing.T, m *llama.Model, a *llama.Adapter, seqs []llam
 // sequence with entropy weights only is trained (its gradient is not zero),
 // and zero entropy weights change neither the loss nor the gradient.
 func TestEntropyTermLoss(t *testing.T) {
-	m := load(t, false)
-	a := newAdapter(t, m, true)
-	ps, _, err := AdapterParams(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := pgContext(t, m)
-	if err := ctx.SetAdapter(a, 1); err != nil {
-		t.Fatal(err)
-	}
-	var seqs []llama.PGSeq
-	for _, e := range examples(t, m) {
-		seqs = append(seqs, pgSeq(e))
-	}
+	m, a, ctx, ps, seqs := pgSetupModel(t)
 	H := decodeEntropies(t, m, a, seqs)
 	ew := []float32{0.5, -1.1, 0, 2.0, 0.3}
 	ef := func(i, k int) float32 { return ew[(2*i+k)%len(ew)] }

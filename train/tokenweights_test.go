@@ -24,6 +24,13 @@ func pgContext(t *testing.T, m *llama.Model) *llama.Context {
 // packs the test examples as PGEval sequences.
 func pgSetup(t *testing.T) (*llama.Context, []*llama.Param, []llama.PGSeq) {
 	t.Helper()
+	_, _, ctx, ps, seqs := pgSetupModel(t)
+	return ctx, ps, seqs
+}
+
+// pgSetupModel is pgSetup, also returning the model and the adapter.
+func pgSetupModel(t *testing.T) (*llama.Model, *llama.Adapter, *llama.Context, []*llama.Param, []llama.PGSeq) {
+	t.Helper()
 	m := load(t, false)
 	a := newAdapter(t, m, true)
 	ps, _, err := AdapterParams(a)
@@ -38,7 +45,7 @@ func pgSetup(t *testing.T) (*llama.Context, []*llama.Param, []llama.PGSeq) {
 	for _, e := range examples(t, m) {
 		seqs = append(seqs, pgSeq(e))
 	}
-	return ctx, ps, seqs
+	return m, a, ctx, ps, seqs
 }
 
 // pgSeq is an example as a PGEval sequence (weight 0).
