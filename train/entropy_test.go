@@ -11,15 +11,7 @@ import (
 // withEntropyWeights gives completion token k of sequence i the entropy
 // weight f(i, k).
 func withEntropyWeights(seqs []llama.PGSeq, f func(i, k int) float32) []llama.PGSeq {
-	out := make([]llama.PGSeq, len(seqs))
-	for i, s := range seqs {
-		s.EntropyWeights = make([]float32, len(s.Tokens)-s.NPrompt)
-		for k := range s.EntropyWeights {
-			s.EntropyWeights[k] = f(i, k)
-		}
-		out[i] = s
-	}
-	return out
+	return perToken(seqs, f, func(s *llama.PGSeq) *[]float32 { return &s.EntropyWeights })
 }
 
 // decodeEntropies are the entropies H(p_t) = -sum_v p_v log p_v of every

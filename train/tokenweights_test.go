@@ -75,12 +75,19 @@ func pgGrads(t *testing.T, ctx *llama.Context, ps []*llama.Param, seqs []llama.P
 
 // withTokenWeights gives completion token k of sequence i the weight f(i, k).
 func withTokenWeights(seqs []llama.PGSeq, f func(i, k int) float32) []llama.PGSeq {
+	return perToken(seqs, f, func(s *llama.PGSeq) *[]float32 { return &s.TokenWeights })
+}
+
+// perToken copies seqs with the per-token slice that field picks set to
+// f(i, k) for completion token k of sequence i.
+func perToken(seqs []llama.PGSeq, f func(i, k int) float32, field func(*llama.PGSeq) *[]float32) []llama.PGSeq {
 	out := make([]llama.PGSeq, len(seqs))
 	for i, s := range seqs {
-		s.TokenWeights = make([]float32, len(s.Tokens)-s.NPrompt)
-		for k := range s.TokenWeights {
-			s.TokenWeights[k] = f(i, k)
+		w := make([]float32, len(s.Tokens)-s.NPrompt)
+		for k := range w {
+			w[k] = f(i, k)
 		}
+		*field(&s) = w
 		out[i] = s
 	}
 	return out
