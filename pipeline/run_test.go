@@ -199,7 +199,7 @@ func TestRunConfidenceRewards(t *testing.T) {
 			}
 			for _, r := range recs {
 				switch {
-				case method == "answer_prob" && (r.AnswerProb == nil || r.AnswerProbBase == nil || r.Reward != math.Max(*r.AnswerProb-*r.AnswerProbBase, 0)):
+				case method == "answer_prob" && (r.AnswerProb == nil || r.AnswerProbBase == nil || r.Reward != answerProbReward(r)):
 					t.Fatalf("answer_prob record: %v %v reward %v", r.AnswerProb, r.AnswerProbBase, r.Reward)
 				case method == "self_certainty" && (r.SelfCertainty == nil || r.Reward != *r.SelfCertainty || len(r.SelfCertainties) != len(r.Tokens)):
 					t.Fatalf("self_certainty record: %v reward %v", r.SelfCertainty, r.Reward)
@@ -209,4 +209,14 @@ func TestRunConfidenceRewards(t *testing.T) {
 			}
 		})
 	}
+}
+
+// answerProbReward is reward answer_prob's value for a scored record: the
+// reference's debiased probability, or 0 when the completion states no
+// answer (no answer span).
+func answerProbReward(r dataset.Scored) float64 {
+	if r.VerifierResult.AnswerSpan == nil {
+		return 0
+	}
+	return math.Max(*r.AnswerProb-*r.AnswerProbBase, 0)
 }

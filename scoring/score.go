@@ -806,6 +806,13 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 			}
 			if s.reward.AnswerProb {
 				p := confclip.DebiasAnswerProb(sr.answerP, sr.answerBase)
+				if sr.result.Start < 0 {
+					// No answer stated: 0. Forcing the reference after the
+					// whole text rewarded completions that lead up to the
+					// answer without giving it, and a policy learned to
+					// write "The answer is N." (docs/method.md).
+					p = 0
+				}
 				c[j], sc.AnswerProb, sc.AnswerProbBase = p, &sr.answerP, &sr.answerBase
 			}
 			if certainty != nil {

@@ -555,12 +555,14 @@ func TestScoreSelfCertainty(t *testing.T) {
 // TestScoreAnswerProb: reward answer_prob teacher-forces the reference
 // answer after each completion's reasoning (its text before the extracted
 // answer) and straight after the prompt, and rewards the mean probability
-// of the answer's tokens less the prompt's, cut at 0; without a model it is
-// refused.
+// of the answer's tokens less the prompt's, cut at 0; a completion that
+// states no answer earns 0, however likely the reference is after it;
+// without a model it is refused.
 func TestScoreAnswerProb(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "in.jsonl")
-	writeJSONL(t, in, textOnly("g", 0, "so x = 4", "4"), textOnly("g", 1, "x = 5", "4"), textOnly("g", 2, "no idea", "4"))
+	writeJSONL(t, in, textOnly("g", 0, "so x = 4", "4"), textOnly("g", 1, "x = 5", "4"), textOnly("g", 2, "no idea", "4"),
+		textOnly("g", 3, "so x = ", "4"))
 	// (a reasoning that lowers the answer's probability below the base's
 	// earns 0: confclip's TestAnswerProbWorkedExample)
 	o := testOptions(in, filepath.Join(dir, "out.jsonl"))
@@ -601,15 +603,17 @@ func TestScoreAnswerProb(t *testing.T) {
 	}
 	// The text-only records are forced first (for their tokens); then the
 	// reasoning keeps the text before the extracted answer: "so x = " and
-	// "x = " (the wrong answer 5 replaced by the reference), and none of
-	// "no idea" (the test verifier extracts all of it); the prompt's base
-	// is forced once.
-	wantTexts := []string{"so x = 4", "x = 5", "no idea", "so x = 4", "4", "x = 4", "4"}
+	// "x = " (the wrong answer 5 replaced by the reference), none of
+	// "no idea" (the test verifier extracts all of it), and all of "so
+	// x = ", which states no answer; the prompt's base is forced once.
+	wantTexts := []string{"so x = 4", "x = 5", "no idea", "so x = ", "so x = 4", "4", "x = 4", "4", "so x = 4"}
 	if strings.Join(texts, "|") != strings.Join(wantTexts, "|") {
 		t.Errorf("forced texts %q, want %q", texts, wantTexts)
 	}
 	for i, sc := range readScored(t, o.Out) {
-		want := []float64{0.5, 0.5, 0}[i] // 0.8 - 0.3, 0.8 - 0.3, 0.3 - 0.3
+		// 0.8 - 0.3, 0.8 - 0.3, 0.3 - 0.3; and 0 for "so x = ", whose
+		// forced answer's 0.8 is recorded but not rewarded
+		want := []float64{0.5, 0.5, 0, 0}[i]
 		if math.Abs(sc.Reward-want) > 1e-12 || sc.AnswerProbBase == nil || math.Abs(*sc.AnswerProbBase-0.3) > 1e-12 {
 			t.Errorf("sample %d: reward %v (answer %v, base %v), want %v", i, sc.Reward, sc.AnswerProb, sc.AnswerProbBase, want)
 		}
