@@ -56,9 +56,21 @@ LIBS := $(LIBDIR)/libllama.a $(LIBDIR)/libggml.a $(LIBDIR)/libggml-base.a $(LIBD
 # Optional backends: their static libraries and the system libraries they need.
 BACKEND_LIBS :=
 SYSTEM_LIBS  :=
+# CUDA: the system's toolkit (/usr/local/cuda) when it has nvcc, else CUDA
+# 13.0 from the package index's wheels, laid down by scripts/cuda-toolkit.sh
+# in build/cuda-13.0 (no driver stub there: ggml's pool then grows without
+# virtual memory mappings, GGML_CUDA_NO_VMM). CUDA_ARCHS are the GPUs the
+# binary carries machine code for (A100, A10/RTX 30, L4/RTX 40, H100/H200).
+CUDA_ARCHS  ?= 80-real;86-real;89-real;90-real
+CUDA_HOME   ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,$(CURDIR)/build/cuda-13.0)
+CUDA_WHEELS := $(if $(filter $(CURDIR)/build/cuda-13.0,$(CUDA_HOME)),1)
+CUDA_CMAKE  :=
 ifeq ($(GGML_CUDA),ON)
 BACKEND_LIBS += ggml-cuda
-SYSTEM_LIBS  += -L/usr/local/cuda/lib64 -L/usr/local/cuda/lib64/stubs -lcudart -lcublas -lcublasLt -lcuda
+SYSTEM_LIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt \
+  $(if $(CUDA_WHEELS),,-L$(CUDA_HOME)/lib64/stubs -lcuda)
+CUDA_CMAKE   := -DCUDAToolkit_ROOT=$(CUDA_HOME) -DCMAKE_CUDA_COMPILER=$(CUDA_HOME)/bin/nvcc \
+  '-DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHS)' $(if $(CUDA_WHEELS),-DGGML_CUDA_NO_VMM=ON)
 endif
 ifeq ($(GGML_VULKAN),ON)
 BACKEND_LIBS += ggml-vulkan
@@ -92,9 +104,9 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real demo-real-data bench-trl bench-mathverify gpu-bundle experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real demo-real-data bench-trl bench-mathverify gpu-bundle cuda-toolkit bin/confclip-cuda experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
-all: bin/confclip
+all: bin/confclip$(if $(filter ON,$(GGML_CUDA)),-cuda)
 
 # The real-model tests (NOT RUN without these files) use them.
 real-models:
@@ -148,9 +160,9 @@ llama-bump:
 
 llama: $(LIBS)
 
-$(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt cmake/cpu-variants.cmake csrc/cpu-variants.c scripts/cpu-variants.sh | cmake $(if $(filter ON,$(GGML_VULKAN)),vulkan-deps)
+$(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt cmake/cpu-variants.cmake csrc/cpu-variants.c scripts/cpu-variants.sh | cmake $(if $(filter ON,$(GGML_VULKAN)),vulkan-deps) $(if $(and $(filter ON,$(GGML_CUDA)),$(CUDA_WHEELS)),cuda-toolkit)
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=$(NATIVE) \
-	  -DGGML_CUDA=$(GGML_CUDA) -DGGML_VULKAN=$(GGML_VULKAN) -DGGML_BLAS=$(GGML_BLAS) \
+	  -DGGML_CUDA=$(GGML_CUDA) -DGGML_VULKAN=$(GGML_VULKAN) -DGGML_BLAS=$(GGML_BLAS) $(CUDA_CMAKE) \
 	  -DCONFCLIP_CPU_VARIANTS=$(if $(filter 1,$(CPU_VARIANTS)),ON,OFF) $(CMAKE_ARGS) >$(BUILD).cmake.log 2>&1 \
 	  || { cat $(BUILD).cmake.log; exit 1; }
 	@echo "llama.cpp: building static libraries in $(BUILD) (a cold build takes a few minutes$(if $(filter ON,$(GGML_VULKAN)),; the Vulkan shaders some more))" >&2
@@ -167,6 +179,17 @@ $(LIBS) &: third_party/llama.cpp/.stamp CMakeLists.txt cmake/cpu-variants.cmake 
 bin/confclip: $(LIBS) FORCE
 	@mkdir -p bin
 	$(GO) build $(GOFLAGS_LD) -o bin/confclip ./cmd/confclip
+
+# The CUDA-linked binary, beside the CPU one: make GGML_CUDA=ON builds it.
+# Without a GPU it runs on the CPU (confclip version: "no CUDA device").
+bin/confclip-cuda: $(LIBS) FORCE
+	@[ '$(GGML_CUDA)' = ON ] || { echo "bin/confclip-cuda: make GGML_CUDA=ON" >&2; exit 1; }
+	@mkdir -p bin
+	$(GO) build $(GOFLAGS_LD) -o bin/confclip-cuda ./cmd/confclip
+
+# CUDA 13.0 from the package index into build/cuda-13.0 (scripts/cuda-toolkit.sh).
+cuda-toolkit:
+	@bash scripts/cuda-toolkit.sh >/dev/null
 
 FORCE:
 

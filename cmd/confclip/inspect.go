@@ -44,8 +44,17 @@ func init() {
 				}
 				fmt.Fprintf(w, "backends: %s\n", strings.Join(b.Backends, ", "))
 				fmt.Fprintln(w, "devices:")
+				found := map[string]bool{}
 				for _, d := range b.Devices {
 					fmt.Fprintf(w, "  %s (%s, %s backend): %s, %d MiB free of %d MiB\n", d.Name, d.Type, d.Backend, d.Description, d.MemFree>>20, d.MemTotal>>20)
+					found[d.Backend] = true
+				}
+				// a GPU backend compiled in that found nothing: say so, and
+				// that everything runs on the CPU
+				for _, name := range llama.BackendNames() {
+					if !found[name] {
+						fmt.Fprintf(w, "  no %s device: this build's %s backend found none, so it runs on the CPU\n", name, name)
+					}
 				}
 				if v, built := llama.CPUVariant(); v != "" {
 					fmt.Fprintf(w, "cpu kernels: %s, chosen for this CPU at start (built: %s; CONFCLIP_CPU_VARIANT=NAME forces one)\n", v, strings.Join(built, ", "))
