@@ -79,6 +79,13 @@ func TestExperimentResultsJSON(t *testing.T) {
 		if acc, ok := seeds[0]["held_out_accuracy_after"].(float64); !ok || acc < 0 || acc > 1 {
 			t.Errorf("arm %s: held-out accuracy after %v, want a number in [0, 1]", name, seeds[0]["held_out_accuracy_after"])
 		}
+		// the calibration comes from the evaluations' scored records (the
+		// metrics rows hold only accuracy and length)
+		for _, f := range []string{"held_out_ece_before", "held_out_ece_after", "held_out_brier_before", "held_out_brier_after", "held_out_stated_after"} {
+			if v, ok := seeds[0][f].(float64); !ok || v < 0 || v > 1 {
+				t.Errorf("arm %s seed 1: %s = %v, want a number in [0, 1]", name, f, seeds[0][f])
+			}
+		}
 	}
 }
 

@@ -471,10 +471,30 @@ func evalAt(dir string, rows []metrics.Step, step int) *EvalResult {
 			if r.EvalMeanTokens != nil {
 				ev.MeanTokens = *r.EvalMeanTokens
 			}
+			ev.calibrationFrom(filepath.Join(dir, "steps", fmt.Sprintf("%04d", step), "eval", "greedy.scored.jsonl"))
 			return ev
 		}
 	}
 	return nil
+}
+
+// calibrationFrom fills in the calibration of an evaluation (the
+// confidence estimator's ECE, Brier and AUROC; the stated confidences')
+// and its prompt count from its greedy scored records, where the metrics
+// row has only the accuracy; a file that cannot be read leaves them unset.
+func (ev *EvalResult) calibrationFrom(path string) {
+	recs, _, _, err := dataset.ReadFile[dataset.Scored](path, false)
+	if err != nil || len(recs) == 0 {
+		return
+	}
+	var c EvalResult
+	for _, r := range recs {
+		c.Cases = append(c.Cases, EvalCase{ID: r.PromptID, Correct: r.VerifierResult.Correct, Confidence: r.Confidence,
+			Text: r.Text, Tokens: len(r.Tokens)})
+	}
+	c.SetStats()
+	ev.Prompts, ev.ECE, ev.Brier, ev.AUROC = c.Prompts, c.ECE, c.Brier, c.AUROC
+	ev.Stated, ev.StatedECE, ev.StatedBrier = c.Stated, c.StatedECE, c.StatedBrier
 }
 
 func stepLine(r metrics.Step, steps int, eta time.Duration) string {
