@@ -257,7 +257,7 @@ test-slurm: bin/confclip
 
 # The RL loop across a real network (scripts/test-netfaults.sh, as root):
 # three `confclip serve` workers, each in a network namespace of its own
-# joined by a veth pair, and a 4-step `run` from here under each fault in
+# joined by a veth pair, and a 6-step `run` from here under each fault in
 # turn (delay, loss, a 30 s partition, a restart with an older adapter, an
 # upload cut halfway); every step and record must be there, workers.json
 # must account for every group and retry, the last adapter must be a local

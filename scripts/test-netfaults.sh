@@ -5,7 +5,7 @@
 #     (10.231.N.1 here, 10.231.N.2 there, N picked free), each running a
 #     `confclip serve` worker on its own address. Worker C serves one
 #     sequence at a time, so that its queue holds requests for a while.
-#  2. A local run (no workers) of a 4-step loop on a generated model and
+#  2. A local run (no workers) of a 6-step loop on a generated model and
 #     task gives the reference: its last adapter's sha256.
 #  3. The same run from this namespace on the three workers, once under
 #     each fault, one at a time:
@@ -42,7 +42,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 CONFCLIP=${CONFCLIP:-$ROOT/bin/confclip}
 GO=${GO:-go}
-STEPS=4 PROMPTS=12 GROUP=8
+STEPS=6 PROMPTS=12 GROUP=8
 DETECT_BOUND_S=${DETECT_BOUND_S:-10}
 PARTITION_S=30
 RUN_TIMEOUT_S=300
@@ -350,8 +350,11 @@ wait_step $f 3 || fail "$f: the run ended before step 3"
 # kill of an idle C went unnoticed), so C is cut off first, asked from
 # inside its namespace what it holds, and killed only holding something;
 # holding nothing, it is joined again and the next busy moment is tried.
+# The kill has to come before the last step: the pool notices the restart
+# through a later step's requests (refused until C gets that step's adapter).
 held=0
 while wait_busy 2; do
+  [ $((10#$(ls "$T/run-$f/steps" | tail -1))) -lt $STEPS ] || break
   in_ns 2 iptables -I INPUT -i "${PEER[2]}" -j DROP
   in_ns 2 iptables -I OUTPUT -o "${PEER[2]}" -j DROP
   h=$(in_ns 2 curl -s -m 1 "${URLS[2]}/health" 2>/dev/null || true)
@@ -359,7 +362,7 @@ while wait_busy 2; do
   in_ns 2 iptables -F
   note "$f: C held nothing once cut; joined again"
 done
-[ $held = 1 ] || fail "$f: C held no request, once cut, from step 3 to the end"
+[ $held = 1 ] || fail "$f: C held no request, once cut, from step 3 to the one before the last"
 old=$(ls -tr "$T/adapters-2"/run-*.gguf | head -1)
 kill -9 "${WPID[2]}"
 t0=$(now)
