@@ -307,6 +307,26 @@ done
 [ "$dropped" -gt 0 ] || fail "loss: no packet was dropped"
 check $f "5% of packets dropped each way on every host ($dropped dropped), run took $el s" "—"
 
+# cut_holding LAST: at C's next busy moment, up to step LAST of run $f,
+# cut C off (DROP both ways) and ask it from inside its namespace what it
+# holds; holding nothing, it is joined again and the next busy moment is
+# tried. Returns 0 with C cut off and holding requests (CUT_AT: when it was
+# cut), 1 when the run passed step LAST or ended first.
+cut_holding() {
+  local h
+  while wait_busy 2; do
+    [ $((10#$(ls "$T/run-$f/steps" | tail -1))) -le "$1" ] || return 1
+    in_ns 2 iptables -I INPUT -i "${PEER[2]}" -j DROP
+    in_ns 2 iptables -I OUTPUT -o "${PEER[2]}" -j DROP
+    CUT_AT=$(now)
+    h=$(in_ns 2 curl -s -m 1 "${URLS[2]}/health" 2>/dev/null || true)
+    if ! grep -q '"queued":0,"running":0' <<<"$h" && grep -q '"running":' <<<"$h"; then return 0; fi
+    in_ns 2 iptables -F
+    note "$f: C held nothing once cut; joined again"
+  done
+  return 1
+}
+
 # 3c. C partitioned for 30 s while it holds requests of step 2 or later.
 f=partition
 run_faulted $f
@@ -317,17 +337,8 @@ wait_step $f 2 || fail "$f: the run ended before step 2"
 # /health then tells what C holds while nothing can leave it. Holding
 # nothing, C is joined again at once (TCP resends what the short cut
 # dropped) and the next busy moment is tried.
-cut=0
-while wait_busy 2; do
-  in_ns 2 iptables -I INPUT -i "${PEER[2]}" -j DROP
-  in_ns 2 iptables -I OUTPUT -o "${PEER[2]}" -j DROP
-  t0=$(now)
-  h=$(in_ns 2 curl -s -m 1 "${URLS[2]}/health" 2>/dev/null || true)
-  if ! grep -q '"queued":0,"running":0' <<<"$h" && grep -q '"running":' <<<"$h"; then cut=1; break; fi
-  in_ns 2 iptables -F
-  note "$f: C held nothing once cut; joined again"
-done
-[ $cut = 1 ] || fail "$f: C held no request, once cut, from step 2 to the end"
+cut_holding $STEPS || fail "$f: C held no request, once cut, from step 2 to the end"
+t0=$CUT_AT
 cut_step=$(ls "$T/run-$f/steps" | tail -1)
 note "$f: C cut off in step $((10#$cut_step))"
 sleep $PARTITION_S
@@ -352,17 +363,7 @@ wait_step $f 3 || fail "$f: the run ended before step 3"
 # holding nothing, it is joined again and the next busy moment is tried.
 # The kill has to come before the last step: the pool notices the restart
 # through a later step's requests (refused until C gets that step's adapter).
-held=0
-while wait_busy 2; do
-  [ $((10#$(ls "$T/run-$f/steps" | tail -1))) -lt $STEPS ] || break
-  in_ns 2 iptables -I INPUT -i "${PEER[2]}" -j DROP
-  in_ns 2 iptables -I OUTPUT -o "${PEER[2]}" -j DROP
-  h=$(in_ns 2 curl -s -m 1 "${URLS[2]}/health" 2>/dev/null || true)
-  if ! grep -q '"queued":0,"running":0' <<<"$h" && grep -q '"running":' <<<"$h"; then held=1; break; fi
-  in_ns 2 iptables -F
-  note "$f: C held nothing once cut; joined again"
-done
-[ $held = 1 ] || fail "$f: C held no request, once cut, from step 3 to the one before the last"
+cut_holding $((STEPS - 1)) || fail "$f: C held no request, once cut, from step 3 to the one before the last"
 old=$(ls -tr "$T/adapters-2"/run-*.gguf | head -1)
 kill -9 "${WPID[2]}"
 t0=$(now)
