@@ -17,9 +17,10 @@
 #       partition  C cut off (iptables DROP, both ways, its process left
 #                  running) for 30 s, from a moment of step 2 or later when
 #                  it holds requests (asked from inside C once it is cut);
-#       restart    C killed while it holds requests of step 3 or later and
-#                  started again at once with an older adapter (the first
-#                  one it was sent);
+#       restart    C killed while it holds requests of step 3 or later
+#                  (cut off first, and asked from inside), started again at
+#                  once with an older adapter (the first one this run sent
+#                  it), and joined again once the pool has seen it down;
 #       upload     C's link slowed (tbf, 64 kbit/s) so an adapter upload
 #                  takes seconds, and cut (TCP resets both ways, 2 s) when
 #                  half of it has arrived.
@@ -352,8 +353,13 @@ held=$(grep -m1 "workers: ${URLS[2]}/v1 lost" "$T/$f.log" | sed -n 's/.*its \([0
 check $f "C cut off (DROP both ways) for ${PARTITION_S} s in step $((10#$cut_step)), holding $held requests, which went to A and B" "$detect s"
 
 # 3d. C killed while it holds requests of step 3 or later, started again at
-# once with the first adapter it was sent.
+# once with the first adapter this run sent it.
 f=restart
+# C's folder lists this run's uploads only, the first one first (every run
+# sends the same adapters under the same names, so an earlier run's files
+# would say nothing of when this run sent them); C keeps serving the one it
+# has loaded.
+rm -f "$T"/adapters-2/run-*.gguf
 run_faulted $f
 wait_step $f 3 || fail "$f: the run ended before step 3"
 # As for the partition: C may finish its last request between a look at
@@ -368,18 +374,35 @@ old=$(ls -tr "$T/adapters-2"/run-*.gguf | head -1)
 kill -9 "${WPID[2]}"
 t0=$(now)
 while kill -0 "${WPID[2]}" 2>/dev/null; do sleep 0.05; done
-in_ns 2 iptables -F
 kill_step=$(ls "$T/run-$f/steps" | tail -1)
 start_worker 2 --lora "$old"
-note "$f: C killed in step $((10#$kill_step)) holding requests, back at $(secs "$(now) - $t0") s with $(basename "$old")"
+back=$(secs "$(now) - $t0")
+# C stays cut off until the pool has marked it down (its /health
+# unanswered: within HealthTimeout + Poll, 2.5 s). C keeps computing once
+# cut, so what it held may have been answered in the moment before the
+# kill: the answer then sits in the dead process's socket, resent once the
+# cut ends, and the pool would see nothing of the restart (two clean-clone
+# runs: no failure, no down, no adapter line). Held until the pool has
+# seen C down, the restart is noticed whatever those sockets held; the
+# requests come back answered, reset, or found dead by keepalive (5 s).
+for _ in $(seq $((DETECT_BOUND_S * 20))); do
+  [ -n "$(first_line $f "workers: ${URLS[2]}/v1 (failed|is down)")" ] && break
+  sleep 0.05
+done
+in_ns 2 iptables -F
+note "$f: C killed in step $((10#$kill_step)) holding requests, serving again at $back s with $(basename "$old"), joined again at $(secs "$(now) - $t0") s"
 wait_run $f
-seen_at=$(first_line $f "workers: ${URLS[2]}/v1 (failed|is down|reports adapter)")
-[ -n "$seen_at" ] || fail "$f: the pool never noticed C's restart"
+seen_at=$(first_line $f "workers: ${URLS[2]}/v1 (failed|is down)")
+[ -n "$seen_at" ] || fail "$f: the pool never noticed C's restart: $(grep workers: "$T/$f.log" | head -5)"
 detect=$(secs "$seen_at - $t0")
+le "$detect" "$DETECT_BOUND_S" || fail "$f: C's restart found after $detect s, over the bound of $DETECT_BOUND_S s"
+# Back with an older adapter, C is refused (its /health says so, or its
+# requests get 409) until a step sends it the step's.
+refused=$(grep -cE "workers: ${URLS[2]}/v1 (reports adapter|failed prompt .*another adapter)" "$T/$f.log" || true)
 # C ends on the run's last adapter (sent to every worker after the last step).
 last=$(sha256sum "$T/run-$f/checkpoints/step-$(printf %04d $STEPS)/adapter.gguf" | cut -d' ' -f1)
 curl -s "${URLS[2]}/health" | grep -q "\"adapter_sha256\":\"$last\"" || fail "$f: C did not end on the run's last adapter"
-check $f "C killed in step $((10#$kill_step)) holding requests, back at once with an older adapter (refused, 409) until the next step sent it the step's" "$detect s"
+check $f "C killed in step $((10#$kill_step)) holding requests, serving again at once with its first adapter of the run, cut off until the pool saw it down; refused $refused times until a later step sent it the step's" "$detect s"
 
 # 3e. an adapter upload to C cut off halfway.
 f=upload
