@@ -104,7 +104,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real demo-real-data bench-trl bench-mathverify gpu-bundle cuda-toolkit bin/confclip-cuda experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real demo-real-data bench-shapes bench-trl bench-mathverify gpu-bundle cuda-toolkit bin/confclip-cuda experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip$(if $(filter ON,$(GGML_CUDA)),-cuda)
 
@@ -280,7 +280,7 @@ MUTANTS ?= 300
 # The training benchmark runs bin/confclip train for its peak memory.
 bench: $(LIBS) bin/confclip
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -skip 'SpeedTable|RealQuantTable|AgainstPyTorch' -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -skip 'SpeedTable|RealQuantTable|AgainstPyTorch|ShapeTable' -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	@# docs/speed.md's tables, rewritten in place: rollout against the C loop,
 	@# teacher forcing and training by weight type; then PyTorch on the same
 	@# work (NOT RUN without Debian's python3-torch).
@@ -291,7 +291,20 @@ bench: $(LIBS) bin/confclip
 	bin/confclip gen-model --arch gemma3 -o build/mutants-gemma3.gguf
 	$(GO) run scripts/mutants.go -n $(MUTANTS) -bin bin/confclip -keep build/mutants \
 		-model ../shared/models/stories260K.gguf,build/mutants-qwen2.gguf,build/mutants-gemma3.gguf
-	$(MAKE) bench-mathverify bench-trl
+	$(MAKE) bench-shapes bench-mathverify bench-trl
+
+# docs/speed.md's real-shape table (train's BenchmarkShapeTable): an RL
+# step's stages (rollout at G = 8, teacher forcing, a LoRA training step on
+# records of varied length) and their peak memory at real models' layouts
+# (gen-model --shape, written once to build/models), beside the cores' FMA
+# peak and the memory bandwidth. SHAPES, SHAPE_TYPES and SHAPE_THREADS pick
+# the rows; the default's 12 rows take hours on 2 cores.
+SHAPES ?= qwen2.5-0.5b,llama-3.2-1b,qwen2.5-1.5b
+SHAPE_TYPES ?= q4_k_m,q8_0
+SHAPE_THREADS ?= 1,2
+bench-shapes: $(LIBS)
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench ShapeTable -benchtime 1x -timeout 600m ./train -args \
+		-speed-md $(CURDIR)/docs/speed.md -shapes $(SHAPES) -shape-types $(SHAPE_TYPES) -shape-threads $(SHAPE_THREADS)
 
 # The math verifier against the math-verify package on the labelled corpus
 # (verifiers/testdata/math_cases.jsonl): agreement and speed, rewritten into

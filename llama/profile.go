@@ -67,6 +67,13 @@ static bool confclip_prof_cb(struct ggml_tensor * t, bool ask, void * ud) {
 	confclip_prof * p = (confclip_prof *) ud;
 	if (ask) {
 		if (confclip_prof_empty(t)) {
+			// The nodes after the loss are the backward pass. llama_pg_eval
+			// makes its loss a GGML_OP_NONE node that no kernel computes
+			// (patch 0045): it is noted here, never being done (the split
+			// was all forward).
+			if (t->flags & GGML_TENSOR_FLAG_LOSS) {
+				p->backward = 1;
+			}
 			return false; // computed with the next node, at no cost
 		}
 		p->t0 = confclip_now_ns();
