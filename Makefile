@@ -297,14 +297,20 @@ bench: $(LIBS) bin/confclip
 # step's stages (rollout at G = 8, teacher forcing, a LoRA training step on
 # records of varied length) and their peak memory at real models' layouts
 # (gen-model --shape, written once to build/models), beside the cores' FMA
-# peak and the memory bandwidth. SHAPES, SHAPE_TYPES and SHAPE_THREADS pick
-# the rows; the default's 12 rows take hours on 2 cores.
-SHAPES ?= qwen2.5-0.5b,llama-3.2-1b,qwen2.5-1.5b
+# peak and the memory bandwidth: Qwen2.5-0.5B on 1 and 2 threads, then the
+# 1B and 1.5B shapes on 2 (about 50 minutes on 2 cores). SHAPES,
+# SHAPE_TYPES and SHAPE_THREADS pick the first table's rows, LARGE_SHAPES
+# and LARGE_THREADS the second's.
+SHAPES ?= qwen2.5-0.5b
 SHAPE_TYPES ?= q4_k_m,q8_0
 SHAPE_THREADS ?= 1,2
+LARGE_SHAPES ?= llama-3.2-1b,qwen2.5-1.5b
+LARGE_THREADS ?= 2
 bench-shapes: $(LIBS)
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench ShapeTable -benchtime 1x -timeout 600m ./train -args \
 		-speed-md $(CURDIR)/docs/speed.md -shapes $(SHAPES) -shape-types $(SHAPE_TYPES) -shape-threads $(SHAPE_THREADS)
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench ShapeTable -benchtime 1x -timeout 600m ./train -args \
+		-speed-md $(CURDIR)/docs/speed.md -shape-marker 'large shape table' -shapes $(LARGE_SHAPES) -shape-types $(SHAPE_TYPES) -shape-threads $(LARGE_THREADS)
 
 # The math verifier against the math-verify package on the labelled corpus
 # (verifiers/testdata/math_cases.jsonl): agreement and speed, rewritten into

@@ -33,6 +33,7 @@ var (
 	shapeTypes   = flag.String("shape-types", "q4_k_m,q8_0", "BenchmarkShapeTable: weight types, comma-separated")
 	shapeThreads = flag.String("shape-threads", "1,2", "BenchmarkShapeTable: thread counts, comma-separated")
 	shapePrompts = flag.Int("shape-prompts", 2, "BenchmarkShapeTable: prompts per step, each with G = 8 completions")
+	shapeMarker  = flag.String("shape-marker", "shape table", "BenchmarkShapeTable: the -speed-md file's markers to write the table between (<!-- NAME --> ... <!-- end NAME -->)")
 	shapeProfile = flag.Bool("shape-profile", false, "BenchmarkShapeTable: print each training step's time by ggml op")
 	fmaPerCycle  = flag.Float64("fma-flops-per-cycle", 32, "BenchmarkShapeTable: where scripts/fmapeak.c cannot be built, the F32 FLOPs a core's FMA units retire per cycle (32: two 256-bit FMAs)")
 )
@@ -120,7 +121,7 @@ func BenchmarkShapeTable(b *testing.B) {
 	fmt.Fprintf(&out, "\nMeasured here: memory bandwidth (a copy, read + write) %s; the FMA peak (%s) %s.\n", perThreads(bw, 1e9, "GB/s"), peakHow, perThreads(peak, 1e9, "GFLOP/s"))
 	fmt.Printf("\nShape table:\n\n%s\n", out.String())
 	if *speedMD != "" {
-		if err := rewriteSpeedTable(*speedMD, "shape table", out.String()); err != nil {
+		if err := rewriteSpeedTable(*speedMD, *shapeMarker, out.String()); err != nil {
 			b.Fatal(err)
 		}
 		fmt.Printf("wrote the table into %s\n", *speedMD)
