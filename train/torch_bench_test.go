@@ -70,18 +70,7 @@ func (r blasReport) String() string {
 }
 
 // cpuFlag reports whether /proc/cpuinfo lists the flag.
-func cpuFlag(flag string) bool {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "flags"); ok {
-			return slices.Contains(strings.Fields(rest), flag)
-		}
-	}
-	return false
-}
+func cpuFlag(flag string) bool { return slices.Contains(strings.Fields(cpuinfo("flags")), flag) }
 
 // readBLAS runs the reference script's BLAS report under env.
 func readBLAS(python string, env []string, threads int) (blasReport, error) {
