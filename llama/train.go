@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 )
 
@@ -151,6 +152,13 @@ type PGSeq struct {
 	// -sum_t EntropyWeights[t] * H(p_t) (an entropy bonus for positive
 	// weights); len(Tokens)-NPrompt of them.
 	EntropyWeights []float32
+	// Shared, when positive, says that the first Shared tokens are the
+	// previous sequence's (the same tokens; at most NPrompt-1, so that each
+	// sequence keeps its last prompt token, whose logits predict its first
+	// completion token): they are in the micro-batch once, computed once,
+	// and both sequences attend to them. A group's G completions share their
+	// prompt so. 0 for the first sequence.
+	Shared int
 }
 
 // ComputeBufferBytes is the size of the context's compute buffers over every
@@ -196,6 +204,18 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		if s.EntropyWeights != nil && len(s.EntropyWeights) != len(s.Tokens)-s.NPrompt {
 			return 0, nil, fmt.Errorf("llama: sequence %d: %d entropy weights for %d completion tokens", i, len(s.EntropyWeights), len(s.Tokens)-s.NPrompt)
 		}
+		if s.Shared != 0 {
+			most := 0
+			if i > 0 {
+				most = min(s.NPrompt-1, len(seqs[i-1].Tokens))
+			}
+			if s.Shared < 0 || s.Shared > most {
+				return 0, nil, fmt.Errorf("llama: sequence %d: %d tokens shared with the previous sequence, at most %d", i, s.Shared, most)
+			}
+			if !slices.Equal(s.Tokens[:s.Shared], seqs[i-1].Tokens[:s.Shared]) {
+				return 0, nil, fmt.Errorf("llama: sequence %d: its %d shared tokens differ from the previous sequence's", i, s.Shared)
+			}
+		}
 		nComp += len(s.Tokens) - s.NPrompt
 	}
 	for j, p := range params {
@@ -225,6 +245,7 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		cs[i] = C.struct_llama_pg_seq{
 			tokens:   (*C.llama_token)(cbytes(unsafe.Pointer(&s.Tokens[0]), 4*len(s.Tokens))),
 			n_tokens: C.int32_t(len(s.Tokens)), n_prompt: C.int32_t(s.NPrompt), weight: C.float(s.Weight),
+			n_shared: C.int32_t(s.Shared),
 		}
 		if s.TokenWeights != nil {
 			cs[i].token_weights = (*C.float)(cbytes(unsafe.Pointer(&s.TokenWeights[0]), 4*len(s.TokenWeights)))

@@ -333,22 +333,30 @@ func TestArchHybridRefused(t *testing.T) {
 }
 
 // TestAttentionStreams: a micro-batch of sequences of one length attends in
-// streams, one L x L product a sequence (patch 0039), where sequences of
-// different lengths share one n_tokens x n_tokens product and a mask. For
-// every architecture: the loss, the gradient and the log-probs of such a
-// micro-batch equal those of each sequence alone (gradientsAgree,
-// logProbsAgree), and a pass of 4 x 32 tokens needs a smaller compute
-// buffer than one of 24 + 40 + 24 + 40 (which has no streams): the streams
-// are taken.
+// streams, one L x L product a sequence (patch 0039); sequences of varied
+// lengths in gathered streams (patch 0057: each sequence's rows gathered
+// and padded to the longest) when their scores, S x L_max^2, are fewer
+// than one n_tokens x n_tokens product's, else in that one product and a
+// mask. For every architecture: the loss, the gradient and the log-probs
+// of each layout's micro-batch equal those of each sequence alone
+// (gradientsAgree, logProbsAgree), and of three passes of 128 tokens (112
+// completion rows each), 4 x 32 (streams) and 24 + 40 + 24 + 40 (gathered
+// streams) need a smaller compute buffer than 113 + 5 + 5 + 5 (one mask:
+// its gathered streams would be 4 x 113^2 scores): the streams are taken.
 func TestAttentionStreams(t *testing.T) {
 	for _, arch := range modelgen.Archs {
 		t.Run(arch, func(t *testing.T) {
 			m, _ := loadArch(t, arch, false)
 			a := newAdapter(t, m, true)
-			exs := lengthExamples(m, 4, []int{12, 12, 12}, 1)
-			one, alone := microBatchTrainer(t, m, a, 256), microBatchTrainer(t, m, a, 1)
-			_, worst := gradientsAgree(t, one, alone, exs)
-			logProbsAgree(t, one, alone, exs, 1e-5)
+			alone := microBatchTrainer(t, m, a, 1)
+			worst := 0.0
+			for _, lengths := range [][]int{{12, 12, 12}, {10, 16, 12}, {30, 5, 5}} {
+				exs := lengthExamples(m, 4, lengths, 1)
+				one := microBatchTrainer(t, m, a, 256)
+				_, w := gradientsAgree(t, one, alone, exs)
+				logProbsAgree(t, one, alone, exs, 1e-5)
+				worst = max(worst, w)
+			}
 
 			bytes := func(lengths []int) int64 {
 				tr := microBatchTrainer(t, m, a, 128)
@@ -361,11 +369,11 @@ func TestAttentionStreams(t *testing.T) {
 				}
 				return tr.ComputeBufferBytes()
 			}
-			streams, mask := bytes([]int{32, 32, 32, 32}), bytes([]int{24, 40, 24, 40})
-			t.Logf("ARCH %s streams: gradient within %.1e of each sequence alone; compute buffer %.2f MiB in streams, %.2f MiB with one mask",
-				arch, worst, float64(streams)/(1<<20), float64(mask)/(1<<20))
-			if streams >= mask {
-				t.Errorf("compute buffer %d bytes for 4 x 32 tokens, %d for 24 + 40 + 24 + 40: no streams", streams, mask)
+			streams, gathered, mask := bytes([]int{32, 32, 32, 32}), bytes([]int{24, 40, 24, 40}), bytes([]int{113, 5, 5, 5})
+			t.Logf("ARCH %s streams: gradient within %.1e of each sequence alone; compute buffer %.2f MiB in streams, %.2f MiB in gathered streams, %.2f MiB with one mask",
+				arch, worst, float64(streams)/(1<<20), float64(gathered)/(1<<20), float64(mask)/(1<<20))
+			if streams >= mask || gathered >= mask {
+				t.Errorf("compute buffer %d bytes for 4 x 32 tokens, %d for 24 + 40 + 24 + 40, %d for 113 + 5 + 5 + 5: no streams", streams, gathered, mask)
 			}
 		})
 	}

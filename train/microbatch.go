@@ -18,15 +18,15 @@ import (
 // 151,936-wide vocabulary rows dominate. The default micro-batch is
 // therefore sized from the memory the pass may take (Config.MemoryBytes;
 // by default MemoryShare of the memory free where the pass runs, at least
-// MinActivationBudget): the most tokens whose estimated activations fit
-// it, at most MaxAutoMicroBatch (beyond that the packed attention's
-// (S·L)² scores of sequences of varied lengths grow faster than the
-// passes saved). A sequence longer than the micro-batch is never refused:
-// it runs alone, in a context grown to hold it.
+// MinActivationBudget): at most the tokens whose activations but the
+// attention's fit it (AutoMicroBatch, at most MaxAutoMicroBatch), and each
+// pass's sequences while its whole estimate, the attention of its layout
+// included (PassBytes), fits it. A sequence longer than the micro-batch is
+// never refused: it runs alone, in a context grown to hold it.
 const (
 	MemoryShare         = 0.25
 	MinActivationBudget = 48 << 20
-	MaxAutoMicroBatch   = 512
+	MaxAutoMicroBatch   = 4096
 )
 
 // Shape is what the activation estimate needs of a model.
@@ -61,29 +61,113 @@ func ModelShape(m *llama.Model) Shape {
 
 // ActivationBytes estimates, from above, the compute buffer of a LoRA or
 // full training pass over `tokens` packed tokens of which `rows` are
-// completion tokens. The terms, in float32: per layer and token 8 vectors
-// of the width (norms, Q/K/V, the attention's output, residuals) and 3.2 of
+// completion tokens. The terms, in float32: per layer and token 12 vectors
+// of the width (norms, Q/K/V, the attention's output, residuals, copies of
+// K and V in streams; gemma4's per-layer inputs needed 11) and 3.2 of
 // the feed-forward width (gate, up, their product); per layer two
 // heads x tokens x tokens score matrices (the packed attention's softmax
 // and a gradient; three with soft-capped scores) and the masks; per completion row three vocabulary-wide
 // rows (logits, labels, their gradient), and with the entropy term four
 // more (its softmax, log and product and their gradients, the allocator
-// reusing some: 3.0 rows measured on bench-100m, 32,000 wide); 256 KiB for
+// reusing some: 3.0 rows measured on bench-100m, 32,000 wide); 512 KiB for
 // the rest.
 // TestActivationEstimate holds it above the measured buffer, and within 2x
 // of it, on every generated architecture and stories260K.
 func ActivationBytes(s Shape, tokens, rows int) int64 {
+	t := int64(tokens)
+	return activationBytes(s, tokens, rows, attention{scores: t * t})
+}
+
+// attention is a pass's attention layout as patch 0057 chooses it
+// (llm_graph_no_memory_layout): the score cells a head, and the query and
+// key rows its gathered streams copy (0 without gathering).
+type attention struct {
+	scores, gathered int64
+}
+
+func activationBytes(s Shape, tokens, rows int, a attention) int64 {
 	t, r := int64(tokens), int64(rows)
 	scores := int64(2)
 	if s.SoftCap {
 		scores = 3
 	}
-	perLayer := 4*t*(8*int64(s.Embd)+int64(16*s.FF)/5) + 4*scores*int64(s.Heads)*t*t
+	// gathered streams copy the queries, keys and values, and the output
+	// before it is gathered back, each with a gradient: at most 2 vectors
+	// of the width a row
+	perLayer := 4*t*(12*int64(s.Embd)+int64(16*s.FF)/5) + 4*scores*int64(s.Heads)*a.scores + 4*2*2*a.gathered*int64(s.Embd)
 	vocabRows := int64(3)
 	if s.Entropy {
 		vocabRows += 4
 	}
-	return int64(s.Layers)*perLayer + 4*vocabRows*r*int64(s.Vocab) + 8*t*t + 256<<10
+	return int64(s.Layers)*perLayer + 4*vocabRows*r*int64(s.Vocab) + 8*a.scores + 512<<10
+}
+
+// PassBytes estimates, from above, the compute buffer of a pass over seqs:
+// ActivationBytes with the attention the pass's layout takes (patch 0057:
+// one n x n product, streams of sequences of one length, or gathered
+// streams, one a set of sequences, their rows padded to the longest),
+// instead of one n x n product.
+func PassBytes(s Shape, seqs []llama.PGSeq) int64 {
+	tokens, rows := 0, 0
+	for _, q := range seqs {
+		tokens += len(q.Tokens) - q.Shared
+		rows += len(q.Tokens) - q.NPrompt
+	}
+	return activationBytes(s, tokens, rows, passAttention(seqs))
+}
+
+// passAttention mirrors llm_graph_no_memory_layout (patch 0057) for a
+// pass. A token belongs to the sequences that share it: its owner i and
+// those after it whose shared prefixes reach it, a span [i, j]. The tokens
+// of one span are a class; a class's queries see the keys of the classes
+// whose spans contain its own. Equal-length sequences without sharing
+// attend in S streams of L x L; else gathered streams (S x n_q x n_kv: the
+// most queries and keys a class has) when fewer than n^2; else n^2.
+func passAttention(seqs []llama.PGSeq) attention {
+	type span struct{ lo, hi int }
+	count := map[span]int64{}
+	var spans []span
+	n := int64(0)
+	for i, q := range seqs {
+		for t := q.Shared; t < len(q.Tokens); t++ {
+			hi := i
+			for hi+1 < len(seqs) && seqs[hi+1].Shared > t {
+				hi++
+			}
+			c := span{i, hi}
+			if count[c] == 0 {
+				spans = append(spans, c)
+			}
+			count[c]++
+			n++
+		}
+	}
+	one := attention{scores: n * n}
+	if len(spans) < 2 {
+		return one
+	}
+	equal := true
+	for _, c := range spans {
+		equal = equal && c.lo == c.hi && count[c] == count[spans[0]]
+	}
+	if equal {
+		return attention{scores: int64(len(spans)) * count[spans[0]] * count[spans[0]]}
+	}
+	var nq, nkv int64
+	for _, c := range spans {
+		kv := int64(0)
+		for _, k := range spans {
+			if k.lo <= c.lo && c.hi <= k.hi {
+				kv += count[k]
+			}
+		}
+		nq, nkv = max(nq, count[c]), max(nkv, kv)
+	}
+	S := int64(len(spans))
+	if float64(S)*float64(nq)*float64(nkv) >= float64(n)*float64(n) {
+		return one
+	}
+	return attention{scores: S * nq * nkv, gathered: S * (nq + nkv)}
 }
 
 // Budget is the memory a training pass's activations may take, and where
@@ -184,12 +268,14 @@ func ParseBytes(s string) (int64, error) {
 
 // AutoMicroBatch is the default micro-batch of a model's shape for an
 // activations' budget: the most tokens (at most MaxAutoMicroBatch, at least
-// 1) whose ActivationBytes, every token a completion row, fit it.
+// 1) whose activations but the attention's, every token a completion row,
+// fit it. Each pass then holds the sequences whose PassBytes, attention
+// included, fit it too.
 func AutoMicroBatch(s Shape, budget int64) int {
 	lo, hi := 1, MaxAutoMicroBatch // the answer is in [lo, hi]
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if ActivationBytes(s, mid, mid) <= budget {
+		if activationBytes(s, mid, mid, attention{}) <= budget {
 			lo = mid
 		} else {
 			hi = mid - 1
@@ -198,13 +284,20 @@ func AutoMicroBatch(s Shape, budget int64) int {
 	return lo
 }
 
+// initialCapacity bounds the training context a trainer starts with: a
+// context is sized for its largest pass (its graph's node budget and the
+// compute buffer llama.cpp reserves for an inference pass grow with it), so
+// it starts at the micro-batch or this, and grows to the passes' sizes.
+const initialCapacity = 512
+
 // contextTokens is the training context's capacity for a micro-batch of n
 // tokens: rounded up to 64, so that a run of slightly longer sequences does
 // not make a new context each time.
 func contextTokens(n int) int { return (max(n, 1) + 63) / 64 * 64 }
 
 // grow gives the trainer a context that holds n tokens in one pass (a
-// sequence longer than the micro-batch runs alone): a new context, with the
+// pass larger than the context so far, or a sequence longer than the
+// micro-batch, which runs alone): a new context, with the
 // adapter set on it and the profile's totals carried over.
 func (t *Trainer) grow(n int) error {
 	if n <= t.capacity {

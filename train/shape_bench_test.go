@@ -29,17 +29,23 @@ import (
 // BenchmarkShapeTable's settings (make bench-shapes; docs/speed.md's "A
 // real model's shape").
 var (
-	shapeNames   = flag.String("shapes", "qwen2.5-0.5b,llama-3.2-1b,qwen2.5-1.5b", "BenchmarkShapeTable: gen-model --shape names, comma-separated")
-	shapeTypes   = flag.String("shape-types", "q4_k_m,q8_0", "BenchmarkShapeTable: weight types, comma-separated")
-	shapeThreads = flag.String("shape-threads", "1,2", "BenchmarkShapeTable: thread counts, comma-separated")
-	shapePrompts = flag.Int("shape-prompts", 2, "BenchmarkShapeTable: prompts per step, each with G = 8 completions")
-	shapeMarker  = flag.String("shape-marker", "shape table", "BenchmarkShapeTable: the -speed-md file's markers to write the table between (<!-- NAME --> ... <!-- end NAME -->)")
-	shapeProfile = flag.Bool("shape-profile", false, "BenchmarkShapeTable: print each training step's time by ggml op")
-	fmaPerCycle  = flag.Float64("fma-flops-per-cycle", 32, "BenchmarkShapeTable: where scripts/fmapeak.c cannot be built, the F32 FLOPs a core's FMA units retire per cycle (32: two 256-bit FMAs)")
+	shapeNames    = flag.String("shapes", "qwen2.5-0.5b,llama-3.2-1b,qwen2.5-1.5b", "BenchmarkShapeTable: gen-model --shape names, comma-separated")
+	shapeTypes    = flag.String("shape-types", "q4_k_m,q8_0", "BenchmarkShapeTable: weight types, comma-separated")
+	shapeThreads  = flag.String("shape-threads", "1,2", "BenchmarkShapeTable: thread counts, comma-separated")
+	shapePrompts  = flag.Int("shape-prompts", 2, "BenchmarkShapeTable: prompts per step, each with G = 8 completions")
+	shapeMarker   = flag.String("shape-marker", "shape table", "BenchmarkShapeTable: the -speed-md file's markers to write the table between (<!-- NAME --> ... <!-- end NAME -->)")
+	shapeProfile  = flag.Bool("shape-profile", false, "BenchmarkShapeTable: print each training step's time by ggml op")
+	shapeUnshared = flag.Bool("shape-unshared", false, "BenchmarkShapeTable: train with every sequence's prompt its own (train.Config.UnsharedPrompts), as before patch 0057")
+	fmaPerCycle   = flag.Float64("fma-flops-per-cycle", 32, "BenchmarkShapeTable: where scripts/fmapeak.c cannot be built, the F32 FLOPs a core's FMA units retire per cycle (32: two 256-bit FMAs)")
 )
 
 // shapeGroup is G, the completions per prompt.
 const shapeGroup = 8
+
+// shapeParallel is the rollout's sequences in flight: the engine's default
+// (rollout.Options.Parallel 0: max(G, 16)), both groups of the default two
+// prompts at once, as `confclip run` samples a step's prompts.
+const shapeParallel = 16
 
 // shapeRow is one (shape, weight type, threads) row of the table.
 type shapeRow struct {
@@ -48,6 +54,7 @@ type shapeRow struct {
 	params, weightBytes int64
 	rollout, forced     float64 // tokens/s: sampled completion tokens; prompt + completion tokens
 	train               float64 // tokens/s, prompt + completion tokens through forward and backward
+	computed            float64 // of those tokens, the share computed (the rest shared prompts)
 	trainS              float64 // the step's seconds
 	microBatch, passes  int
 	budget              int64
@@ -62,7 +69,8 @@ type shapeRow struct {
 // varied length (prompts of 20-300 tokens, completions of 10-512, drawn
 // once with a fixed seed, -shape-prompts prompts x G = 8):
 //
-//   - rollout: the prompts' groups sampled (G = 8 in parallel, 128 tokens,
+//   - rollout: the prompts' groups sampled (G = 8, the engine's default
+//     shapeParallel sequences in flight, 128 tokens,
 //     temperature 1, log-probs), completion tokens/s;
 //   - teacher forcing of the records (inference layout), tokens/s;
 //   - one LoRA training step (rank 8, the default micro-batch from the
@@ -72,7 +80,7 @@ type shapeRow struct {
 //
 // Beside them, the limits, both measured in the same run: FLOPs per token
 // times tokens/s against the cores' F32 FMA peak (fmaPeak), and for
-// decoding, the weight bytes each token reads (the weights once per G = 8
+// decoding, the weight bytes each token reads (the weights once per 16
 // tokens) times tokens/s against the memory bandwidth. A step of 16 prompts x 8 x 256 tokens (the
 // issue's goal) is projected from the rates. The models are written to
 // build/models once (an F32 file, then the quantized copy; about 4 bytes a
@@ -107,7 +115,7 @@ func BenchmarkShapeTable(b *testing.B) {
 	fmt.Fprintf(&out, "%s (%s, %.0f MHz, %d cores; load average at the end %s). %d prompts x G = %d, prompts %s tokens, completions %s; rollouts of 128 tokens.\n\n",
 		cpuModel(), runtime.GOARCH, mhz, runtime.NumCPU(), testutil.LoadAverage(), *shapePrompts, shapeGroup,
 		spanOf(shapeLengths().prompts), spanOf(shapeLengths().completions))
-	fmt.Fprintln(&out, "| shape | weights | threads | rollout tok/s (G = 8): of FMA peak, of bandwidth | teacher forcing tok/s: of FMA peak | training tok/s: of FMA peak | training / rollout | micro-batch (passes) | 16 x 8 x 256 step (projected) | peak RSS: rollout / forcing / training (budget) | weights |")
+	fmt.Fprintln(&out, "| shape | weights | threads | rollout tok/s (G = 8): of FMA peak, of bandwidth | teacher forcing tok/s: of FMA peak | training tok/s: of FMA peak | training / rollout | micro-batch (passes; tokens computed, the rest shared prompts) | 16 x 8 x 256 step (projected) | peak RSS: rollout / forcing / training (budget) | weights |")
 	fmt.Fprintln(&out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	bw, peak := map[int]float64{}, map[int]float64{}
 	peakHow := ""
@@ -248,8 +256,8 @@ func shapeStages(b *testing.B, path string, threads int) shapeRow {
 			longest = max(longest, pl)
 		}
 		const gen = 128
-		e, err := rollout.NewEngine(m, rollout.Options{Group: shapeGroup, MaxTokens: gen, Parallel: shapeGroup,
-			NCtx: shapeGroup * (longest + gen + 16), Seed: 1, Threads: threads, Sampling: sampler.Params{Temperature: 1}})
+		e, err := rollout.NewEngine(m, rollout.Options{Group: shapeGroup, MaxTokens: gen,
+			NCtx: shapeParallel * (longest + gen + 16), Seed: 1, Threads: threads, Sampling: sampler.Params{Temperature: 1}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -291,7 +299,7 @@ func shapeStages(b *testing.B, path string, threads int) shapeRow {
 		a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
 		exs, _ := shapeRecords(m.NVocab())
 		cfg := DefaultConfig()
-		cfg.Threads, cfg.Profile = threads, *shapeProfile
+		cfg.Threads, cfg.Profile, cfg.UnsharedPrompts = threads, *shapeProfile, *shapeUnshared
 		tr, err := NewLoRATrainer(m, a, cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -306,6 +314,7 @@ func shapeStages(b *testing.B, path string, threads int) shapeRow {
 		r.trainS = time.Since(t0).Seconds()
 		r.train = float64(st.AllTokens) / r.trainS
 		r.passes = st.MicroBatches
+		r.computed = float64(st.AllTokens-st.SharedTokens) / float64(st.AllTokens)
 		if *shapeProfile {
 			if err := llama.WriteProfile(os.Stdout, tr.Profile()); err != nil {
 				b.Fatal(err)
@@ -357,23 +366,23 @@ func attentionFLOPs(m *llama.Model, l lengths) float64 {
 // embedding once, as the output layer) plus attention; training with a
 // frozen base twice the weights' (the backward product into the
 // activations; the LoRA's own gradients are small) and attention three
-// times. A decoded token reads the weights once per G = 8 tokens.
+// times. A decoded token reads the weights once per shapeParallel tokens.
 func shapeTableRow(r shapeRow, peak, bw float64) string {
 	fwd := 2*float64(r.params) + r.attnFLOPs
 	trainFLOPs := 4*float64(r.params) + 3*r.attnFLOPs
 	share := func(flops, rate float64) string { return fmt.Sprintf("%.0f%%", 100*flops*rate/peak) }
-	decode := float64(r.weightBytes) / shapeGroup * r.rollout
+	decode := float64(r.weightBytes) / shapeParallel * r.rollout
 	const steps = 16 * 8 * 256
 	projected := steps/r.rollout + 16*8*(160+256)/r.train
-	return fmt.Sprintf("| %s | %s | %d | %.1f: %s, %.0f%% | %.1f: %s | %.1f: %s | %.2f | %d (%d) | %.0f min | %s / %s / %s (%s) | %s |",
+	return fmt.Sprintf("| %s | %s | %d | %.1f: %s, %.0f%% | %.1f: %s | %.1f: %s | %.2f | %d (%d; %.0f%% computed) | %.0f min | %s / %s / %s (%s) | %s |",
 		r.shape, r.typ, r.threads, r.rollout, share(fwd, r.rollout), 100*decode/bw, r.forced, share(fwd, r.forced),
-		r.train, share(trainFLOPs, r.train), r.train/r.rollout, r.microBatch, r.passes, projected/60,
+		r.train, share(trainFLOPs, r.train*r.computed), r.train/r.rollout, r.microBatch, r.passes, 100*r.computed, projected/60,
 		mib(r.rssRollout), mib(r.rssTF), mib(r.rssTrain), mib(r.budget), mib(r.weightBytes))
 }
 
 func shapeLine(r shapeRow) string {
-	return fmt.Sprintf("%s %s %dt: rollout %.1f tok/s, forcing %.1f tok/s, training %.1f tok/s (%.0f s, micro-batch %d, %d passes), training/rollout %.2f, peak RSS %s / %s / %s",
-		r.shape, r.typ, r.threads, r.rollout, r.forced, r.train, r.trainS, r.microBatch, r.passes, r.train/r.rollout,
+	return fmt.Sprintf("%s %s %dt: rollout %.1f tok/s, forcing %.1f tok/s, training %.1f tok/s (%.0f s, micro-batch %d, %d passes, %.0f%% of the tokens computed), training/rollout %.2f, peak RSS %s / %s / %s",
+		r.shape, r.typ, r.threads, r.rollout, r.forced, r.train, r.trainS, r.microBatch, r.passes, 100*r.computed, r.train/r.rollout,
 		mib(r.rssRollout), mib(r.rssTF), mib(r.rssTrain))
 }
 

@@ -57,6 +57,12 @@ type Config struct {
 	TotalSteps  int
 	// Profile times every ggml op of the training context (Trainer.Profile).
 	Profile bool
+	// UnsharedPrompts gives every sequence its own prompt in a pass. By
+	// default a sequence packed after one with the same leading prompt
+	// tokens (a group's G completions of one prompt) shares them
+	// (llama.PGSeq.Shared): computed once, attended by both, the gradient
+	// the same up to rounding.
+	UnsharedPrompts bool
 	// keepZeroWeight evaluates the sequences that carry no gradient too
 	// (the tests' plain path, to compare the skip against).
 	keepZeroWeight bool
@@ -118,6 +124,11 @@ type StepStats struct {
 	Tokens       int `json:"tokens"` // completion tokens
 	AllTokens    int `json:"all_tokens"`
 	MicroBatches int `json:"micro_batches"`
+	// SharedTokens counts the prompt tokens computed once for several
+	// sequences: a sequence's leading tokens that the one before it in
+	// its pass has (Config.UnsharedPrompts), a group's prompt. AllTokens
+	// counts them for every sequence.
+	SharedTokens int `json:"shared_tokens"`
 	// ZeroWeight counts the sequences left out of every pass: without a
 	// KL term, a sequence whose advantage is zero (or whose tokens are all
 	// masked) has a loss of zero at every parameter, and so no gradient
@@ -144,6 +155,7 @@ type Trainer struct {
 	capacity int
 	sizing   string         // how the micro-batch was chosen (Sizing)
 	budget   int64          // the activations' budget that sized it (0: given)
+	shape    Shape          // the model's, for each pass's estimate (PassBytes) within budget
 	profPrev []llama.OpStat // profile totals of the contexts grow replaced
 	params   []*llama.Param
 	values   [][]float32 // current parameter values (mirrors llama.cpp's)
@@ -218,22 +230,22 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	}
 	var sizing string
 	var budget int64
+	shape := ModelShape(m)
+	shape.Entropy = cfg.EntropyCoef != 0
 	if cfg.MicroBatchTokens <= 0 {
 		b := MemoryBudget(m, cfg.MemoryBytes)
 		budget = b.Bytes
-		shape := ModelShape(m)
-		shape.Entropy = cfg.EntropyCoef != 0
 		cfg.MicroBatchTokens = AutoMicroBatch(shape, b.Bytes)
 		n := cfg.MicroBatchTokens
-		sizing = fmt.Sprintf("micro-batch %d tokens: estimated activations %s within a budget of %s (%s)",
-			n, FormatBytes(ActivationBytes(shape, n, n)), FormatBytes(b.Bytes), b.Source)
+		sizing = fmt.Sprintf("micro-batch up to %d tokens: estimated activations %s (the attention's apart; each pass's, with its attention, kept) within a budget of %s (%s)",
+			n, FormatBytes(activationBytes(shape, n, n, attention{})), FormatBytes(b.Bytes), b.Source)
 		if n == MaxAutoMicroBatch {
 			sizing += fmt.Sprintf(", at the cap of %d", MaxAutoMicroBatch)
 		}
 	} else {
 		sizing = fmt.Sprintf("micro-batch %d tokens (train.micro_batch)", cfg.MicroBatchTokens)
 	}
-	t := &Trainer{cfg: cfg, agg: agg, model: m, params: ps, capacity: contextTokens(cfg.MicroBatchTokens), sizing: sizing, budget: budget}
+	t := &Trainer{cfg: cfg, agg: agg, model: m, params: ps, capacity: contextTokens(min(cfg.MicroBatchTokens, initialCapacity)), sizing: sizing, budget: budget, shape: shape}
 	ctx, err := t.newContext(t.capacity)
 	if err != nil {
 		return nil, err
@@ -356,14 +368,18 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW, entW [][]floa
 		if skip != nil && skip[i] {
 			continue
 		}
-		if n > 0 && n+len(toks) > t.cfg.MicroBatchTokens {
-			out = append(out, cur)
-			cur, n = nil, 0
+		shared := 0
+		if len(cur) > 0 && !t.cfg.UnsharedPrompts {
+			shared = sharedPrefix(cur[len(cur)-1].Tokens, toks, len(e.Prompt)-1)
 		}
-		if err := t.grow(len(toks)); err != nil {
+		if n > 0 && (n+len(toks)-shared > t.cfg.MicroBatchTokens || !t.fits(cur, toks, len(e.Prompt), shared)) {
+			out = append(out, cur)
+			cur, n, shared = nil, 0, 0
+		}
+		if err := t.grow(n + len(toks) - shared); err != nil {
 			return nil, fmt.Errorf("example %d: %w", i+1, err)
 		}
-		seq := llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt)}
+		seq := llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt), Shared: shared}
 		if w != nil {
 			seq.Weight = float32(w[i])
 		}
@@ -374,12 +390,35 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW, entW [][]floa
 			seq.EntropyWeights = entW[i]
 		}
 		cur = append(cur, seq)
-		n += len(toks)
+		n += len(toks) - shared
 	}
 	if len(cur) > 0 {
 		out = append(out, cur)
 	}
 	return out, nil
+}
+
+// fits says whether a pass of cur and a sequence of toks (nPrompt prompt
+// tokens, shared with the last of cur) keeps within the activations'
+// budget that sized the default micro-batch (PassBytes); a given
+// micro-batch is bounded by its tokens only.
+func (t *Trainer) fits(cur []llama.PGSeq, toks []llama.Token, nPrompt, shared int) bool {
+	if t.budget <= 0 {
+		return true
+	}
+	pass := append(slices.Clip(cur), llama.PGSeq{Tokens: toks, NPrompt: nPrompt, Shared: shared})
+	return PassBytes(t.shape, pass) <= t.budget
+}
+
+// sharedPrefix is how many leading tokens b shares with a, at most most:
+// the tokens a sequence takes from the one before it in a micro-batch
+// (llama.PGSeq.Shared), a group's prompt.
+func sharedPrefix(a, b []llama.Token, most int) int {
+	n := 0
+	for n < most && n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // Gradient evaluates the loss and its gradient over all examples (summed over
@@ -476,6 +515,9 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 	for _, mb := range mbs {
 		if err := ctx.Err(); err != nil {
 			return st, err
+		}
+		for _, s := range mb {
+			st.SharedTokens += s.Shared
 		}
 		loss, lp, err := t.ctx.PGEval(mb, t.params, t.mgrad)
 		if err != nil {

@@ -89,8 +89,12 @@ func (r *renderer) event(e pipeline.Event) {
 		if st.ZeroWeight > 0 {
 			left = fmt.Sprintf(" (%d with zero weight left out)", st.ZeroWeight)
 		}
-		r.live(fmt.Sprintf("step %d/%d: loss %.5f, grad norm %.4g%s, %d sequences%s, %d tokens, %.0f tokens/s, ETA %s",
-			e.Step, e.Steps, st.Loss, st.GradNorm, clipped, st.Sequences, left, st.AllTokens, st.TokensPerSec, eta.Round(time.Second)), true)
+		shared := ""
+		if st.SharedTokens > 0 {
+			shared = fmt.Sprintf(" (%d shared prompt tokens computed once)", st.SharedTokens)
+		}
+		r.live(fmt.Sprintf("step %d/%d: loss %.5f, grad norm %.4g%s, %d sequences%s, %d tokens%s, %.0f tokens/s, ETA %s",
+			e.Step, e.Steps, st.Loss, st.GradNorm, clipped, st.Sequences, left, st.AllTokens, shared, st.TokensPerSec, eta.Round(time.Second)), true)
 	case pipeline.EvalProgress:
 		where := "eval"
 		if e.Steps > 0 {
