@@ -284,6 +284,11 @@ func AutoMicroBatch(s Shape, budget int64) int {
 	return lo
 }
 
+// maxPassSequences is the most sequences llama_pg_eval takes in one pass:
+// llama.cpp's LLAMA_MAX_SEQ (llama-cparams.h), the sequence ids of one
+// batch. Short sequences fill a pass of thousands of tokens past it.
+const maxPassSequences = 256
+
 // initialCapacity bounds the training context a trainer starts with: a
 // context is sized for its largest pass (its graph's node budget and the
 // compute buffer llama.cpp reserves for an inference pass grow with it), so

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/confclip/confclip/llama"
@@ -194,5 +195,35 @@ func TestLargeSharedPass(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestManyShortSequences: a pass holds at most 256 sequences (llama.cpp's
+// LLAMA_MAX_SEQ, the ids of one batch): 300 sequences of 8 tokens, 2,400
+// tokens, fit the micro-batch of 4,096 but go in two passes, with the
+// gradient of a sequence a pass.
+func TestManyShortSequences(t *testing.T) {
+	m := load(t, false)
+	a := newAdapter(t, m, true)
+	exs := groupExamples(m, slices.Repeat([]int{4}, 60), 5, 0, 5)
+	many := microBatchTrainer(t, m, a, MaxAutoMicroBatch)
+	st, err := many.Gradient(context.Background(), exs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MicroBatches != 2 || st.Sequences != 300 {
+		t.Fatalf("%d sequences in %d passes, want 300 in 2", st.Sequences, st.MicroBatches)
+	}
+	g := snapshotGrads(many)
+	alone := microBatchTrainer(t, m, a, 1)
+	if _, err := alone.Gradient(context.Background(), exs); err != nil {
+		t.Fatal(err)
+	}
+	for j, ga := range snapshotGrads(alone) {
+		for k := range ga {
+			if d := float64(ga[k] - g[j][k]); d > 1e-5+1e-3*abs32(ga[k]) || -d > 1e-5+1e-3*abs32(ga[k]) {
+				t.Fatalf("param %d[%d]: gradient %g in 2 passes, %g a sequence a pass", j, k, g[j][k], ga[k])
+			}
+		}
 	}
 }

@@ -372,7 +372,7 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW, entW [][]floa
 		if len(cur) > 0 && !t.cfg.UnsharedPrompts {
 			shared = sharedPrefix(cur[len(cur)-1].Tokens, toks, len(e.Prompt)-1)
 		}
-		if n > 0 && (n+len(toks)-shared > t.cfg.MicroBatchTokens || !t.fits(cur, toks, len(e.Prompt), shared)) {
+		if n > 0 && (n+len(toks)-shared > t.cfg.MicroBatchTokens || len(cur) == maxPassSequences || !t.fits(cur, toks, len(e.Prompt), shared)) {
 			out = append(out, cur)
 			cur, n, shared = nil, 0, 0
 		}
