@@ -70,9 +70,11 @@ func ModelShape(m *llama.Model) Shape {
 // rows (logits, labels, their gradient), and with the entropy term four
 // more (its softmax, log and product and their gradients, the allocator
 // reusing some: 3.0 rows measured on bench-100m, 32,000 wide); 512 KiB for
-// the rest.
-// TestActivationEstimate holds it above the measured buffer, and within 2x
-// of it, on every generated architecture and stories260K.
+// the rest. It is the worst case of a pass of that many tokens (one
+// n x n attention product); PassBytes is a given pass's.
+// TestActivationEstimate holds both above the measured buffer, and
+// PassBytes within 2.5x of it, on every generated architecture and
+// stories260K.
 func ActivationBytes(s Shape, tokens, rows int) int64 {
 	t := int64(tokens)
 	return activationBytes(s, tokens, rows, attention{scores: t * t})
@@ -302,8 +304,8 @@ func contextTokens(n int) int { return (max(n, 1) + 63) / 64 * 64 }
 
 // grow gives the trainer a context that holds n tokens in one pass (a
 // pass larger than the context so far, or a sequence longer than the
-// micro-batch, which runs alone): a new context, with the
-// adapter set on it and the profile's totals carried over.
+// micro-batch, which runs alone): a new context, with the adapter set on
+// it and the profile's totals carried over.
 func (t *Trainer) grow(n int) error {
 	if n <= t.capacity {
 		return nil

@@ -36,6 +36,7 @@ var (
 	shapeMarker   = flag.String("shape-marker", "shape table", "BenchmarkShapeTable: the -speed-md file's markers to write the table between (<!-- NAME --> ... <!-- end NAME -->)")
 	shapeProfile  = flag.Bool("shape-profile", false, "BenchmarkShapeTable: print each training step's time by ggml op")
 	shapeUnshared = flag.Bool("shape-unshared", false, "BenchmarkShapeTable: train with every sequence's prompt its own (train.Config.UnsharedPrompts), as before patch 0057")
+	sharedRounds  = flag.Int("shared-rounds", 2, "BenchmarkSharedPrompts: rounds of the step with and without shared prompts, in turn")
 	fmaPerCycle   = flag.Float64("fma-flops-per-cycle", 32, "BenchmarkShapeTable: where scripts/fmapeak.c cannot be built, the F32 FLOPs a core's FMA units retire per cycle (32: two 256-bit FMAs)")
 )
 
@@ -112,9 +113,9 @@ func BenchmarkShapeTable(b *testing.B) {
 	}
 	var out bytes.Buffer
 	mhz := cpuMHz()
-	fmt.Fprintf(&out, "%s (%s, %.0f MHz, %d cores; load average at the end %s). %d prompts x G = %d, prompts %s tokens, completions %s; rollouts of 128 tokens.\n\n",
+	fmt.Fprintf(&out, "%s (%s, %.0f MHz, %d cores; load average at the end %s). %d prompts x G = %d, prompts %s tokens, completions %s; rollouts of 128 tokens, %d sequences in flight.\n\n",
 		cpuModel(), runtime.GOARCH, mhz, runtime.NumCPU(), testutil.LoadAverage(), *shapePrompts, shapeGroup,
-		spanOf(shapeLengths().prompts), spanOf(shapeLengths().completions))
+		spanOf(shapeLengths().prompts), spanOf(shapeLengths().completions), shapeParallel)
 	fmt.Fprintln(&out, "| shape | weights | threads | rollout tok/s (G = 8): of FMA peak, of bandwidth | teacher forcing tok/s: of FMA peak | training tok/s: of FMA peak | training / rollout | micro-batch (passes; tokens computed, the rest shared prompts) | 16 x 8 x 256 step (projected) | peak RSS: rollout / forcing / training (budget) | weights |")
 	fmt.Fprintln(&out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	bw, peak := map[int]float64{}, map[int]float64{}
@@ -464,4 +465,53 @@ func cpuinfo(key string) string {
 		}
 	}
 	return ""
+}
+
+// BenchmarkSharedPrompts is what sharing a group's prompt in a pass (patch
+// 0057) saves a training step at a real shape: the first of -shapes and
+// -shape-types, on the last of -shape-threads, one LoRA step on the shape
+// table's records with and without sharing (train.Config.UnsharedPrompts),
+// in turn for -shared-rounds rounds, the best rate of each and their ratio
+// (make bench-shapes).
+func BenchmarkSharedPrompts(b *testing.B) {
+	name, q := splitList(*shapeNames)[0], splitList(*shapeTypes)[0]
+	ts := splitList(*shapeThreads)
+	threads, err := strconv.Atoi(ts[len(ts)-1])
+	if err != nil || threads < 1 {
+		b.Fatalf("-shape-threads: %q is not a thread count", ts[len(ts)-1])
+	}
+	m, err := llama.LoadModel(shapeModel(b, name, q), llama.ModelParams{NoRepack: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
+	exs, _ := shapeRecords(m.NVocab())
+	best := map[bool]float64{}
+	stats := map[bool]StepStats{}
+	for range *sharedRounds {
+		for _, unshared := range []bool{false, true} {
+			cfg := DefaultConfig()
+			cfg.Threads, cfg.UnsharedPrompts = threads, unshared
+			tr, err := NewLoRATrainer(m, a, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0 := time.Now()
+			st, err := tr.Step(context.Background(), exs)
+			rate := float64(st.AllTokens) / time.Since(t0).Seconds()
+			tr.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if rate > best[unshared] {
+				best[unshared], stats[unshared] = rate, st
+			}
+		}
+	}
+	s, u := stats[false], stats[true]
+	fmt.Printf("shared prompts: %s %s %dt, %d records (load average at the end %s): a training step %.1f tokens/s with the prompts shared (%d passes, %d of %d tokens computed), %.1f without (%d passes); ratio %.2f (best of %d rounds each, in turn)\n",
+		name, strings.ToUpper(q), threads, len(exs), testutil.LoadAverage(), best[false], s.MicroBatches, s.AllTokens-s.SharedTokens, s.AllTokens,
+		best[true], u.MicroBatches, best[false]/best[true], *sharedRounds)
+	b.ReportMetric(best[false]/best[true], "shared/unshared")
 }
