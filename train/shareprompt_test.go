@@ -2,6 +2,8 @@ package train
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -31,6 +33,39 @@ func groupExamples(m *llama.Model, prompts []int, g, spread int, seed uint64) []
 		}
 	}
 	return exs
+}
+
+// promptTrainer is microBatchTrainer with or without shared prompts.
+func promptTrainer(t *testing.T, m *llama.Model, a *llama.Adapter, microBatch int, unshared bool) *Trainer {
+	t.Helper()
+	tr := microBatchTrainer(t, m, a, microBatch)
+	tr.cfg.UnsharedPrompts = unshared
+	return tr
+}
+
+// stepGrads is promptTrainer's gradient of exs: the step's stats and the
+// gradient.
+func stepGrads(t *testing.T, m *llama.Model, a *llama.Adapter, exs []Example, microBatch int, unshared bool) (StepStats, [][]float32) {
+	t.Helper()
+	tr := promptTrainer(t, m, a, microBatch, unshared)
+	st, err := tr.Gradient(context.Background(), exs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, snapshotGrads(tr)
+}
+
+// gradsClose holds got to want within gradientsAgree's bounds: every
+// entry within 1e-5 + 1e-3 of its size.
+func gradsClose(t *testing.T, what string, got, want [][]float32) {
+	t.Helper()
+	for j := range want {
+		for k := range want[j] {
+			if d := math.Abs(float64(got[j][k] - want[j][k])); d > 1e-5+1e-3*math.Abs(float64(want[j][k])) {
+				t.Fatalf("%s: param %d[%d]: gradient %g, want %g", what, j, k, got[j][k], want[j][k])
+			}
+		}
+	}
 }
 
 // TestSharedPrompts: a group's completions packed into one pass share
@@ -70,14 +105,7 @@ func TestSharedPrompts(t *testing.T) {
 			logProbsAgree(t, microBatchTrainer(t, m, a, 256), alone, skewed, 1e-5)
 			worst = max(worst, worstSk)
 
-			cfg := testConfig()
-			cfg.UnsharedPrompts = true
-			unshared, err := NewLoRATrainer(m, a, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { unshared.Close() })
-			su, worstU := gradientsAgree(t, unshared, alone, exs)
+			su, worstU := gradientsAgree(t, promptTrainer(t, m, a, 256, true), alone, exs)
 			if su.SharedTokens != 0 {
 				t.Errorf("UnsharedPrompts: %d prompt tokens shared", su.SharedTokens)
 			}
@@ -101,23 +129,9 @@ func TestSharedPromptsMixed(t *testing.T) {
 	// the third group's prompt begins with the second's (a template):
 	// exs[8] shares those 5 tokens with exs[7]
 	copy(exs[8].Prompt[:5], exs[4].Prompt)
-	run := func(unshared bool, microBatch int) (StepStats, [][]float32) {
-		cfg := testConfig()
-		cfg.MicroBatchTokens, cfg.UnsharedPrompts = microBatch, unshared
-		tr, err := NewLoRATrainer(m, a, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tr.Close() })
-		st, err := tr.Gradient(context.Background(), exs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st, snapshotGrads(tr)
-	}
 	for _, mb := range []int{48, 512} {
-		ss, gs := run(false, mb)
-		su, gu := run(true, mb)
+		ss, gs := stepGrads(t, m, a, exs, mb, false)
+		su, gu := stepGrads(t, m, a, exs, mb, true)
 		if ss.SharedTokens == 0 || su.SharedTokens != 0 || ss.AllTokens != su.AllTokens {
 			t.Fatalf("micro-batch %d: %d and %d tokens shared (shared / unshared), %d and %d tokens", mb, ss.SharedTokens, su.SharedTokens, ss.AllTokens, su.AllTokens)
 		}
@@ -129,26 +143,12 @@ func TestSharedPromptsMixed(t *testing.T) {
 				t.Errorf("%d tokens shared in %d passes, want %d in 1", ss.SharedTokens, ss.MicroBatches, want)
 			}
 		}
-		if ss.Loss-su.Loss > 1e-5 || su.Loss-ss.Loss > 1e-5 {
+		if math.Abs(ss.Loss-su.Loss) > 1e-5 {
 			t.Errorf("micro-batch %d: loss %g shared, %g not", mb, ss.Loss, su.Loss)
 		}
-		for j := range gs {
-			for k := range gs[j] {
-				d := float64(gs[j][k] - gu[j][k])
-				if d > 1e-5+1e-3*abs32(gu[j][k]) || -d > 1e-5+1e-3*abs32(gu[j][k]) {
-					t.Fatalf("micro-batch %d, param %d[%d]: gradient %g shared, %g not", mb, j, k, gs[j][k], gu[j][k])
-				}
-			}
-		}
+		gradsClose(t, fmt.Sprintf("micro-batch %d, shared against not", mb), gs, gu)
 		t.Logf("micro-batch %d: %d passes, %d of %d tokens shared", mb, ss.MicroBatches, ss.SharedTokens, ss.AllTokens)
 	}
-}
-
-func abs32(v float32) float64 {
-	if v < 0 {
-		return float64(-v)
-	}
-	return float64(v)
 }
 
 // TestLargeSharedPass: on every architecture a pass of 4 groups of 8
@@ -164,36 +164,15 @@ func TestLargeSharedPass(t *testing.T) {
 			m, _ := loadArch(t, arch, false)
 			a := newAdapter(t, m, true)
 			exs := groupExamples(m, []int{100, 100, 100, 100}, 8, 100, 1)
-			run := func(unshared bool) (StepStats, [][]float32) {
-				cfg := testConfig()
-				cfg.MicroBatchTokens, cfg.UnsharedPrompts = MaxAutoMicroBatch, unshared
-				tr, err := NewLoRATrainer(m, a, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tr.Close()
-				st, err := tr.Gradient(context.Background(), exs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return st, snapshotGrads(tr)
-			}
-			ss, gs := run(false)
-			su, gu := run(true)
+			ss, gs := stepGrads(t, m, a, exs, MaxAutoMicroBatch, false)
+			su, gu := stepGrads(t, m, a, exs, MaxAutoMicroBatch, true)
 			if ss.MicroBatches != 1 || ss.SharedTokens != 4*7*99 || su.MicroBatches != 2 {
 				t.Fatalf("%d passes, %d tokens shared; unshared %d passes", ss.MicroBatches, ss.SharedTokens, su.MicroBatches)
 			}
-			if d := ss.Loss - su.Loss; d > 1e-4 || d < -1e-4 {
+			if math.Abs(ss.Loss-su.Loss) > 1e-4 {
 				t.Errorf("loss %g shared, %g not", ss.Loss, su.Loss)
 			}
-			for j := range gs {
-				for k := range gs[j] {
-					d := float64(gs[j][k] - gu[j][k])
-					if d > 1e-5+1e-3*abs32(gu[j][k]) || -d > 1e-5+1e-3*abs32(gu[j][k]) {
-						t.Fatalf("param %d[%d]: gradient %g shared, %g not", j, k, gs[j][k], gu[j][k])
-					}
-				}
-			}
+			gradsClose(t, "shared against not", gs, gu)
 		})
 	}
 }
@@ -206,24 +185,10 @@ func TestManyShortSequences(t *testing.T) {
 	m := load(t, false)
 	a := newAdapter(t, m, true)
 	exs := groupExamples(m, slices.Repeat([]int{4}, 60), 5, 0, 5)
-	many := microBatchTrainer(t, m, a, MaxAutoMicroBatch)
-	st, err := many.Gradient(context.Background(), exs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, g := stepGrads(t, m, a, exs, MaxAutoMicroBatch, false)
 	if st.MicroBatches != 2 || st.Sequences != 300 {
 		t.Fatalf("%d sequences in %d passes, want 300 in 2", st.Sequences, st.MicroBatches)
 	}
-	g := snapshotGrads(many)
-	alone := microBatchTrainer(t, m, a, 1)
-	if _, err := alone.Gradient(context.Background(), exs); err != nil {
-		t.Fatal(err)
-	}
-	for j, ga := range snapshotGrads(alone) {
-		for k := range ga {
-			if d := float64(ga[k] - g[j][k]); d > 1e-5+1e-3*abs32(ga[k]) || -d > 1e-5+1e-3*abs32(ga[k]) {
-				t.Fatalf("param %d[%d]: gradient %g in 2 passes, %g a sequence a pass", j, k, g[j][k], ga[k])
-			}
-		}
-	}
+	_, ga := stepGrads(t, m, a, exs, 1, false)
+	gradsClose(t, "2 passes against a sequence a pass", g, ga)
 }
