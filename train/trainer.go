@@ -368,18 +368,17 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW, entW [][]floa
 		if skip != nil && skip[i] {
 			continue
 		}
-		shared := 0
+		seq := llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt)}
 		if len(cur) > 0 && !t.cfg.UnsharedPrompts {
-			shared = sharedPrefix(cur[len(cur)-1].Tokens, toks, len(e.Prompt)-1)
+			seq.Shared = sharedPrefix(cur[len(cur)-1].Tokens, toks, len(e.Prompt)-1)
 		}
-		if n > 0 && (n+len(toks)-shared > t.cfg.MicroBatchTokens || len(cur) == maxPassSequences || !t.fits(cur, toks, len(e.Prompt), shared)) {
+		if n > 0 && (n+len(toks)-seq.Shared > t.cfg.MicroBatchTokens || len(cur) == maxPassSequences || !t.fits(cur, seq)) {
 			out = append(out, cur)
-			cur, n, shared = nil, 0, 0
+			cur, n, seq.Shared = nil, 0, 0
 		}
-		if err := t.grow(n + len(toks) - shared); err != nil {
+		if err := t.grow(n + len(toks) - seq.Shared); err != nil {
 			return nil, fmt.Errorf("example %d: %w", i+1, err)
 		}
-		seq := llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt), Shared: shared}
 		if w != nil {
 			seq.Weight = float32(w[i])
 		}
@@ -390,7 +389,7 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW, entW [][]floa
 			seq.EntropyWeights = entW[i]
 		}
 		cur = append(cur, seq)
-		n += len(toks) - shared
+		n += len(toks) - seq.Shared
 	}
 	if len(cur) > 0 {
 		out = append(out, cur)
@@ -398,16 +397,11 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW, entW [][]floa
 	return out, nil
 }
 
-// fits says whether a pass of cur and a sequence of toks (nPrompt prompt
-// tokens, shared with the last of cur) keeps within the activations'
+// fits says whether a pass of cur and seq keeps within the activations'
 // budget that sized the default micro-batch (PassBytes); a given
 // micro-batch is bounded by its tokens only.
-func (t *Trainer) fits(cur []llama.PGSeq, toks []llama.Token, nPrompt, shared int) bool {
-	if t.budget <= 0 {
-		return true
-	}
-	pass := append(slices.Clip(cur), llama.PGSeq{Tokens: toks, NPrompt: nPrompt, Shared: shared})
-	return PassBytes(t.shape, pass) <= t.budget
+func (t *Trainer) fits(cur []llama.PGSeq, seq llama.PGSeq) bool {
+	return t.budget <= 0 || PassBytes(t.shape, append(slices.Clip(cur), seq)) <= t.budget
 }
 
 // sharedPrefix is how many leading tokens b shares with a, at most most:
