@@ -104,7 +104,7 @@ HEADERS_SUM = $(shell cat third_party/llama.cpp/llama/include/*.h third_party/ll
 GOFLAGS_LD = -ldflags "-X github.com/confclip/confclip/llama.BuildStamp=$(STAMP)"
 export CGO_CFLAGS = -O2 -DCONFCLIP_HEADERS=$(HEADERS_SUM)
 
-.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real demo-real-data bench-shapes bench-trl bench-mathverify gpu-bundle cuda-toolkit bin/confclip-cuda experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
+.PHONY: FORCE llama-bump-check llama-bump real-models peft-venv demo-real demo-real-data bench-shapes bench-trl bench-mathverify bench-llamacpp llamacpp-venv gpu-bundle cuda-toolkit bin/confclip-cuda experiment-real experiment-confidence-real all llama test test-race test-stress lint test-go test-slurm test-netfaults test-arm64 bench bench-gpu demo clean distclean cmake vulkan-deps arm64-deps
 
 all: bin/confclip$(if $(filter ON,$(GGML_CUDA)),-cuda)
 
@@ -280,11 +280,13 @@ MUTANTS ?= 300
 # The training benchmark runs bin/confclip train for its peak memory.
 bench: $(LIBS) bin/confclip
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -skip 'SpeedTable|RealQuantTable|AgainstPyTorch|ShapeTable|SharedPrompts' -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -skip 'SpeedTable|RealQuantTable|AgainstPyTorch|AgainstLlamaCppPython|ShapeTable|SharedPrompts' -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	@# docs/speed.md's tables, rewritten in place: rollout against the C loop,
 	@# teacher forcing and training by weight type; then PyTorch on the same
-	@# work (NOT RUN without Debian's python3-torch).
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench 'SpeedTable|RealQuantTable|AgainstPyTorch' -benchtime 1x -timeout 40m ./train -args -speed-md $(CURDIR)/docs/speed.md
+	@# work (NOT RUN without Debian's python3-torch), and the rollout against
+	@# llama-cpp-python's batched generation (build/llamacpp-venv).
+	@bash scripts/llamacpp-venv.sh
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench 'SpeedTable|RealQuantTable|AgainstPyTorch|AgainstLlamaCppPython' -benchtime 1x -timeout 60m ./train -args -speed-md $(CURDIR)/docs/speed.md
 	$(GO) test -run '^$$' -fuzz FuzzMath -fuzztime 60s ./verifiers
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -fuzz FuzzPrecheckGGUF -fuzztime $(GGUF_FUZZTIME) -fuzzminimizetime 5s ./llama
 	bin/confclip gen-model --arch qwen2 -o build/mutants-qwen2.gguf
@@ -329,6 +331,16 @@ bench-mathverify: bin/confclip
 # "trl: confclip A s/step, TRL B s/step ...", and the table before it.
 bench-trl: demo-real-data
 	@bash scripts/bench-trl.sh
+
+# The rollout against llama-cpp-python's batched generation (a second anchor
+# beside the C loop): build/llamacpp-venv holds llama-cpp-python built from
+# the source distribution llama.cpp is pinned to, without our patches
+# (scripts/llamacpp-venv.sh); the table goes into docs/speed.md.
+llamacpp-venv:
+	@bash scripts/llamacpp-venv.sh
+
+bench-llamacpp: $(LIBS) llamacpp-venv real-models
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench AgainstLlamaCppPython -benchtime 1x -timeout 60m ./train -args -speed-md $(CURDIR)/docs/speed.md
 
 # GPU against CPU: rollouts and training steps with every layer on the first
 # GPU against the CPU, in one run each (scripts/gpu-check.sh).

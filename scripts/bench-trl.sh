@@ -16,11 +16,16 @@
 # norm clipped at 1), 8 steps of 6 prompts, greedy held-out accuracy on the
 # same 500 prompts before and after. /usr/bin/time measures each whole
 # process (peak RSS, wall); scripts/trl-compare.go prints the table and the
-# line. Everything goes to build/bench-trl.
+# line, and writes them into docs/speed.md (TRL_MD= another file, or empty
+# for none). Everything else goes to build/bench-trl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
 STEPS=${STEPS:-8}
+# completions a forward/backward pass on TRL's side (per_device_train_batch_size,
+# TRL's default 8; the step's 48 accumulated): the whole step in one pass
+# (TRL_MICRO_BATCH=48) took 21 GB here.
+TRL_MICRO_BATCH=${TRL_MICRO_BATCH:-8}
 out=build/bench-trl
 data=build/demo-real/data
 model=build/demo-real/smollm2-135m-instruct-f32.gguf
@@ -41,10 +46,10 @@ echo "bench-trl: confclip run, $STEPS steps, $THREADS threads" >&2
 echo "bench-trl: TRL GRPOTrainer, $STEPS steps, $THREADS threads" >&2
 /usr/bin/time -f '%M %e' -o "$out/trl.time" \
   build/trl-venv/bin/python scripts/trl_grpo.py --model "$model" --train "$data/train.jsonl" \
-  --eval "$data/eval.jsonl" --heldout 500 --steps "$STEPS" --prompts-per-step 6 --group 8 --max-tokens 96 \
+  --eval "$data/eval.jsonl" --heldout 500 --steps "$STEPS" --prompts-per-step 6 --group 8 --micro-batch "$TRL_MICRO_BATCH" --max-tokens 96 \
   --temperature 0.5 --lr 1e-3 --lora-rank 8 --lora-alpha 16 --loss-type dapo --scale-rewards group \
   --threads "$THREADS" --seed 1 --out "$out/trl-output" --verdicts "$out/trl-verdicts.jsonl" \
   >"$out/trl.jsonl" 2>"$out/trl.log" || { tail -20 "$out/trl.log"; exit 1; }
 
 go run scripts/trl-compare.go "$out/confclip" "$out/confclip.time" "$out/trl.jsonl" "$out/trl.time" \
-  "$out/trl-verdicts.jsonl" | tee "$out/result.md"
+  "$out/trl-verdicts.jsonl" ${TRL_MD-docs/speed.md} | tee "$out/result.md"

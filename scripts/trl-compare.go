@@ -7,16 +7,25 @@
 // RSS, held-out accuracy before and after, and McNemar's paired test of the
 // two tools' final adapters on the same held-out prompts.
 //
-//	go run scripts/trl-compare.go RUN_DIR RUN.time TRL.jsonl TRL.time TRL-verdicts.jsonl
+//	go run scripts/trl-compare.go RUN_DIR RUN.time TRL.jsonl TRL.time TRL-verdicts.jsonl [DOC.md]
+//
+// With DOC.md (make bench-trl: docs/speed.md) the table, the machine and
+// both sides' versions replace what lies between the file's
+// "<!-- trl table -->" and "<!-- end trl table -->" lines.
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
@@ -24,11 +33,16 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 6 {
-		fmt.Fprintln(os.Stderr, "usage: go run scripts/trl-compare.go RUN_DIR RUN.time TRL.jsonl TRL.time TRL-verdicts.jsonl")
+	if len(os.Args) != 6 && len(os.Args) != 7 {
+		fmt.Fprintln(os.Stderr, "usage: go run scripts/trl-compare.go RUN_DIR RUN.time TRL.jsonl TRL.time TRL-verdicts.jsonl [DOC.md]")
 		os.Exit(2)
 	}
-	if err := run(os.Args[1], os.Args[2], os.Args[3], os.Args[4], os.Args[5]); err != nil {
+	var buf bytes.Buffer
+	err := run(io.MultiWriter(os.Stdout, &buf), os.Args[1], os.Args[2], os.Args[3], os.Args[4], os.Args[5])
+	if err == nil && len(os.Args) == 7 {
+		err = rewrite(os.Args[6], "trl table", buf.String())
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "trl-compare:", err)
 		os.Exit(1)
 	}
@@ -164,7 +178,45 @@ func trl(jsonl, timeFile, verdicts string) (side, error) {
 	return s, err
 }
 
-func run(dir, runTime, trlOut, trlTime, trlVerdicts string) error {
+// machine names this CPU and its cores, from /proc/cpuinfo.
+func machine() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	name := runtime.GOARCH
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			name = strings.TrimSpace(v)
+			break
+		}
+	}
+	return fmt.Sprintf("%s, %d cores", name, runtime.NumCPU())
+}
+
+// confclipVersion is the first line of `bin/confclip version`.
+func confclipVersion() string {
+	out, err := exec.Command("./bin/confclip", "version").Output()
+	if err != nil {
+		return "confclip (version unknown: " + err.Error() + ")"
+	}
+	return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+}
+
+// rewrite replaces what lies between the file's "<!-- NAME -->" and
+// "<!-- end NAME -->" lines with text.
+func rewrite(path, name, text string) error {
+	begin, end := "<!-- "+name+" -->\n", "<!-- end "+name+" -->"
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(raw)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s: no %q ... %q markers", path, strings.TrimSpace(begin), end)
+	}
+	return os.WriteFile(path, []byte(s[:i+len(begin)]+text+s[j:]), 0o644)
+}
+
+func run(w io.Writer, dir, runTime, trlOut, trlTime, trlVerdicts string) error {
 	a, err := ours(dir, runTime)
 	if err != nil {
 		return err
@@ -182,18 +234,21 @@ func run(dir, runTime, trlOut, trlTime, trlVerdicts string) error {
 		}
 	}
 	onlyOurs, onlyTRL, p := reporting.McNemar(b.after, a.after)
-	fmt.Printf("| | confclip | TRL |\n|---|---:|---:|\n")
-	fmt.Printf("| steps | %d | %d |\n", a.steps, b.steps)
-	fmt.Printf("| s/step (mean) | %.1f | %.1f |\n", a.sStep, b.sStep)
-	fmt.Printf("| of which generation (TRL: generation, rewards, advantages) | %.1f | %.1f |\n", a.sGen, b.sGen)
-	fmt.Printf("| of which training (forward, backward, optimizer) | %.1f | %.1f |\n", a.sTrain, b.sTrain)
-	fmt.Printf("| peak RSS, whole process (MiB) | %.0f | %.0f |\n", a.rssMiB, b.rssMiB)
-	fmt.Printf("| wall, whole process with both evaluations (s) | %.0f | %.0f |\n", a.wallS, b.wallS)
-	fmt.Printf("| held-out accuracy before | %.3f | %.3f |\n", a.accBefore, b.accBefore)
-	fmt.Printf("| held-out accuracy after | %.3f | %.3f |\n", a.accAfter, b.accAfter)
-	fmt.Printf("\nMcNemar between the final adapters on %d held-out prompts: right only with confclip's %d, only with TRL's %d, p = %.3g. TRL side: %s.\n\n",
-		common, onlyOurs, onlyTRL, p, b.version)
-	fmt.Printf("trl: confclip %.1f s/step, TRL %.1f s/step (B/A = %.2f); RSS confclip %.0f MiB, TRL %.0f MiB; held-out confclip %.3f, TRL %.3f\n",
+	fmt.Fprintf(w, "%s, %s. %s; TRL side: %s.\n\n", time.Now().Format("2 January 2006"), machine(), confclipVersion(), b.version)
+	fmt.Fprintf(w, "| | confclip | TRL |\n|---|---:|---:|\n")
+	fmt.Fprintf(w, "| steps | %d | %d |\n", a.steps, b.steps)
+	fmt.Fprintf(w, "| s/step (mean) | %.1f | %.1f |\n", a.sStep, b.sStep)
+	fmt.Fprintf(w, "| of which generation (TRL: generation, rewards, advantages) | %.1f | %.1f |\n", a.sGen, b.sGen)
+	fmt.Fprintf(w, "| of which training (forward, backward, optimizer) | %.1f | %.1f |\n", a.sTrain, b.sTrain)
+	fmt.Fprintf(w, "| peak RSS, whole process (MiB) | %.0f | %.0f |\n", a.rssMiB, b.rssMiB)
+	fmt.Fprintf(w, "| wall, whole process with both evaluations (s) | %.0f | %.0f |\n", a.wallS, b.wallS)
+	fmt.Fprintf(w, "| held-out accuracy before | %.3f | %.3f |\n", a.accBefore, b.accBefore)
+	fmt.Fprintf(w, "| held-out accuracy after | %.3f | %.3f |\n", a.accAfter, b.accAfter)
+	fmt.Fprintf(w, "\nMcNemar between the final adapters on %d held-out prompts: right only with confclip's %d, only with TRL's %d, p = %.3g.\n\n",
+		common, onlyOurs, onlyTRL, p)
+	fmt.Fprintf(w, "Goals: steps per hour %.2f x TRL's (at least 3); peak RSS %.2f x TRL's (at most 0.5); held-out accuracy after, confclip against TRL, McNemar p = %.3g (not worse: confclip ahead, or p > 0.05).\n\n",
+		b.sStep/a.sStep, a.rssMiB/b.rssMiB, p)
+	fmt.Fprintf(w, "trl: confclip %.1f s/step, TRL %.1f s/step (B/A = %.2f); RSS confclip %.0f MiB, TRL %.0f MiB; held-out confclip %.3f, TRL %.3f\n",
 		a.sStep, b.sStep, b.sStep/a.sStep, a.rssMiB, b.rssMiB, a.accAfter, b.accAfter)
 	return nil
 }
