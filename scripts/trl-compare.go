@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
@@ -40,7 +41,7 @@ func main() {
 	var buf bytes.Buffer
 	err := run(io.MultiWriter(os.Stdout, &buf), os.Args[1], os.Args[2], os.Args[3], os.Args[4], os.Args[5])
 	if err == nil && len(os.Args) == 7 {
-		err = rewrite(os.Args[6], "trl table", buf.String())
+		err = testutil.RewriteMarked(os.Args[6], "trl table", buf.String())
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "trl-compare:", err)
@@ -198,22 +199,6 @@ func confclipVersion() string {
 		return "confclip (version unknown: " + err.Error() + ")"
 	}
 	return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
-}
-
-// rewrite replaces what lies between the file's "<!-- NAME -->" and
-// "<!-- end NAME -->" lines with text.
-func rewrite(path, name, text string) error {
-	begin, end := "<!-- "+name+" -->\n", "<!-- end "+name+" -->"
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	s := string(raw)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s: no %q ... %q markers", path, strings.TrimSpace(begin), end)
-	}
-	return os.WriteFile(path, []byte(s[:i+len(begin)]+text+s[j:]), 0o644)
 }
 
 func run(w io.Writer, dir, runTime, trlOut, trlTime, trlVerdicts string) error {

@@ -240,7 +240,7 @@ func BenchmarkAgainstLlamaCppPython(b *testing.B) {
 	out.Write(table.Bytes())
 	fmt.Printf("\nconfclip against llama-cpp-python:\n\n%s\n", out.String())
 	if *speedMD != "" {
-		if err := rewriteSpeedTable(*speedMD, "llama-cpp-python table", out.String()); err != nil {
+		if err := testutil.RewriteMarked(*speedMD, "llama-cpp-python table", out.String()); err != nil {
 			b.Fatal(err)
 		}
 	}

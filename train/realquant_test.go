@@ -168,7 +168,7 @@ func BenchmarkRealQuantTable(b *testing.B) {
 	}
 	fmt.Printf("\nReal model by weight type:\n\n%s\n", out.String())
 	if *speedMD != "" {
-		if err := rewriteSpeedTable(*speedMD, "real quant table", out.String()); err != nil {
+		if err := testutil.RewriteMarked(*speedMD, "real quant table", out.String()); err != nil {
 			b.Fatal(err)
 		}
 		fmt.Printf("wrote the table into %s\n", *speedMD)

@@ -130,7 +130,7 @@ func BenchmarkShapeTable(b *testing.B) {
 	fmt.Fprintf(&out, "\nMeasured here: memory bandwidth (a copy, read + write) %s; the FMA peak (%s) %s.\n", perThreads(bw, 1e9, "GB/s"), peakHow, perThreads(peak, 1e9, "GFLOP/s"))
 	fmt.Printf("\nShape table:\n\n%s\n", out.String())
 	if *speedMD != "" {
-		if err := rewriteSpeedTable(*speedMD, *shapeMarker, out.String()); err != nil {
+		if err := testutil.RewriteMarked(*speedMD, *shapeMarker, out.String()); err != nil {
 			b.Fatal(err)
 		}
 		fmt.Printf("wrote the table into %s\n", *speedMD)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -106,28 +105,11 @@ func BenchmarkSpeedTable(b *testing.B) {
 	}
 	fmt.Printf("\nSpeed table:\n\n%s\n", out.String())
 	if *speedMD != "" {
-		if err := rewriteSpeedTable(*speedMD, "speed table", out.String()); err != nil {
+		if err := testutil.RewriteMarked(*speedMD, "speed table", out.String()); err != nil {
 			b.Fatal(err)
 		}
 		fmt.Printf("wrote the table into %s\n", *speedMD)
 	}
-}
-
-// rewriteSpeedTable replaces what lies between the file's "<!-- NAME -->"
-// and "<!-- end NAME -->" lines.
-func rewriteSpeedTable(path, name, table string) error {
-	begin, end := "<!-- "+name+" -->\n", "<!-- end "+name+" -->"
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	s := string(raw)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s: no %q ... %q markers", path, strings.TrimSpace(begin), end)
-	}
-	s = s[:i+len(begin)] + table + s[j:]
-	return os.WriteFile(path, []byte(s), 0o644)
 }
 
 // speedRollout times the engine's sampled rollout against the C loop,

@@ -246,7 +246,7 @@ func BenchmarkAgainstPyTorch(b *testing.B) {
 	}
 	fmt.Printf("\nconfclip against PyTorch on this CPU:\n\n%s\n", out.String())
 	if *speedMD != "" {
-		if err := rewriteSpeedTable(*speedMD, "pytorch table", out.String()); err != nil {
+		if err := testutil.RewriteMarked(*speedMD, "pytorch table", out.String()); err != nil {
 			b.Fatal(err)
 		}
 	}

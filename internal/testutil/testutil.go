@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/modelgen"
 )
 
@@ -186,4 +187,22 @@ func repoRoot(t testing.TB) string {
 	}
 	t.Fatalf("no go.mod above the test's folder (%v)", err)
 	return ""
+}
+
+// RewriteMarked replaces what lies between the file's "<!-- NAME -->" and
+// "<!-- end NAME -->" lines with text, the whole file written anew (the
+// benchmarks and make bench-trl write their tables into docs/speed.md).
+func RewriteMarked(path, name, text string) error {
+	begin, end := "<!-- "+name+" -->\n", "<!-- end "+name+" -->"
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(raw)
+	i := strings.Index(s, begin)
+	j := strings.Index(s, end)
+	if i < 0 || j < i+len(begin) {
+		return fmt.Errorf("%s: no %q ... %q markers", path, strings.TrimSpace(begin), end)
+	}
+	return atomicfile.WriteBytes(path, []byte(s[:i+len(begin)]+text+s[j:]))
 }
