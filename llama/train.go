@@ -11,6 +11,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"unsafe"
@@ -159,6 +160,11 @@ type PGSeq struct {
 	// and both sequences attend to them. A group's G completions share their
 	// prompt so. 0 for the first sequence.
 	Shared int
+	// Temperature T, when neither 0 nor 1, takes the log-probs, the entropy
+	// and the loss of softmax(z/T) of the logits z, the distribution a
+	// sampler draws from at temperature T (TRL and verl train so); 0 is 1,
+	// the model's own.
+	Temperature float32
 }
 
 // ComputeBufferBytes is the size of the context's compute buffers over every
@@ -174,7 +180,8 @@ func (c *Context) ComputeBufferBytes() int64 {
 // PGEval runs the model on seqs packed into one micro-batch, without the KV
 // cache, and evaluates L = -sum_i Weight_i * sum_t log p(completion token t)
 // (or -sum_i sum_t TokenWeights_i[t] * log p where token weights are given),
-// minus sum_i sum_t EntropyWeights_i[t] * H(p_t) where entropy weights are.
+// minus sum_i sum_t EntropyWeights_i[t] * H(p_t) where entropy weights are,
+// p at each sequence's Temperature.
 // With params it also runs the backward pass and writes dL/dparam into grads
 // (one slice of Len() values per param). It returns L and the log-probability
 // of every completion token, sequences in order. The context must have been
@@ -203,6 +210,9 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		}
 		if s.EntropyWeights != nil && len(s.EntropyWeights) != len(s.Tokens)-s.NPrompt {
 			return 0, nil, fmt.Errorf("llama: sequence %d: %d entropy weights for %d completion tokens", i, len(s.EntropyWeights), len(s.Tokens)-s.NPrompt)
+		}
+		if t := float64(s.Temperature); t < 0 || math.IsNaN(t) || math.IsInf(t, 0) {
+			return 0, nil, fmt.Errorf("llama: sequence %d: temperature %g, want 0 (for 1) or a positive finite number", i, t)
 		}
 		if s.Shared != 0 {
 			most := 0
@@ -245,7 +255,7 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		cs[i] = C.struct_llama_pg_seq{
 			tokens:   (*C.llama_token)(cbytes(unsafe.Pointer(&s.Tokens[0]), 4*len(s.Tokens))),
 			n_tokens: C.int32_t(len(s.Tokens)), n_prompt: C.int32_t(s.NPrompt), weight: C.float(s.Weight),
-			n_shared: C.int32_t(s.Shared),
+			n_shared: C.int32_t(s.Shared), temperature: C.float(s.Temperature),
 		}
 		if s.TokenWeights != nil {
 			cs[i].token_weights = (*C.float)(cbytes(unsafe.Pointer(&s.TokenWeights[0]), 4*len(s.TokenWeights)))

@@ -91,6 +91,7 @@ type TrainConfig struct {
 	EpsilonHigh float64  `toml:"epsilon_high"` // ratio clip above: 1 + epsilon_high (0 = epsilon)
 	Beta        float64  `toml:"beta"`         // weight of the k3 KL to the model without the adapter
 	EntropyCoef float64  `toml:"entropy_coef"` // weight of the completion tokens' entropy, subtracted from the loss (a bonus; < 0 a penalty)
+	Temperature float64  `toml:"temperature"`  // the loss's log-probs are of softmax(logits / temperature); 1 = the model's own
 	Schedule    string   `toml:"schedule"`     // constant, linear, cosine
 	WarmupSteps int      `toml:"warmup_steps"` // updates of linear warm-up
 	MicroBatch  int      `toml:"micro_batch"`  // tokens packed into one forward-backward pass (its memory); 0 = sized from memory
@@ -131,7 +132,7 @@ func DefaultConfig() Config {
 		Reward:     scoring.RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
 		Advantage:  scoring.AdvantageConfig{Estimator: "grpo", Scale: "group", StdFilterEMA: 0.99},
 		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
-			GradClip: 1, LossAgg: "token_mean", Iterations: 1, Epsilon: 0.2, Schedule: "constant",
+			GradClip: 1, LossAgg: "token_mean", Iterations: 1, Epsilon: 0.2, Schedule: "constant", Temperature: 1,
 			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
 		Run:        RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
 		Experiment: ExperimentConfig{Arms: []string{"binary_grpo", "confclip_grpo", "confclip_dr_grpo"}, Seeds: []uint64{1, 2, 3}, PretrainSteps: 800, PretrainBatch: 16, PretrainLR: 3e-3},

@@ -23,7 +23,7 @@ func TrainerConfig(cfg Config) train.Config {
 	return train.Config{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay,
 		GradClip: t.GradClip, LossAgg: t.LossAgg, MaxTokens: maxCompletion(cfg),
 		MicroBatchTokens: t.MicroBatch, MemoryBytes: memoryBytes(t.Memory), Threads: cfg.Model.Threads,
-		Iterations: t.Iterations, EpsLow: t.Epsilon, EpsHigh: t.EpsilonHigh, Beta: t.Beta, EntropyCoef: t.EntropyCoef,
+		Iterations: t.Iterations, EpsLow: t.Epsilon, EpsHigh: t.EpsilonHigh, Beta: t.Beta, EntropyCoef: t.EntropyCoef, Temperature: t.Temperature,
 		Schedule: t.Schedule, WarmupSteps: t.WarmupSteps, TotalSteps: cfg.Run.Steps * max(t.Iterations, 1)}
 }
 
@@ -195,6 +195,17 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		o.Note(tr.Sizing())
 	}
 	exs := Examples(recs)
+	if t := cfg.Train.Temperature; t != 1 && slices.ContainsFunc(exs, func(e train.Example) bool { return e.OldLogProbs != nil }) {
+		// An export's old log-probs are the sampler's at temperature 1;
+		// the ratio needs them at train.temperature: the current
+		// adapter's, as if it had sampled them (ratio 1 at the first update).
+		for i := range exs {
+			exs[i].OldLogProbs = nil
+		}
+		if o.Note != nil {
+			o.Note(fmt.Sprintf("train.temperature %g: the examples' old log-probs are at temperature 1 and are not used; the first update takes the current adapter as the one that sampled them (ratio 1)", t))
+		}
+	}
 	for i := 0; i < o.Steps; i++ {
 		st, err := tr.Step(ctx, exs)
 		if err != nil {

@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -124,5 +126,68 @@ func TestTrainReportsMemory(t *testing.T) {
 	}
 	if sum.ComputeBufferBytes <= 0 || sum.PeakRSSBytes < sum.ComputeBufferBytes {
 		t.Errorf("activations %d bytes, peak memory %d bytes", sum.ComputeBufferBytes, sum.PeakRSSBytes)
+	}
+}
+
+// TestTrainTemperatureLeavesOldLogprobs: at train.temperature 0.5 an
+// export's old_logprobs (the sampler's, at temperature 1) are not used,
+// and train says so: the adapter is the one trained from the same records
+// without them. At temperature 1 they are used (the adapter differs).
+func TestTrainTemperatureLeavesOldLogprobs(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny.gguf")
+	if err := modelgen.Write(model, modelgen.Tiny()); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, old bool) string {
+		path := filepath.Join(dir, name)
+		w, err := dataset.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 4; i++ {
+			r := dataset.TrainExample{PromptID: "p", Sample: i, PromptIDs: []int32{1, 5, 6}, CompletionIDs: []int32{7, 8, int32(9 + i)}, Advantage: float64(i) - 1.5}
+			if old {
+				r.OldLogprobs = []float64{-1, -2, -0.5}
+			}
+			w.Write(r)
+		}
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	withOld, without := write("old.jsonl", true), write("plain.jsonl", false)
+	adapter := func(data string, temp float64) (string, []string) {
+		cfg := DefaultConfig()
+		cfg.Model.Path = model
+		cfg.Train.Temperature = temp
+		out := filepath.Join(dir, fmt.Sprintf("%s-%g.gguf", filepath.Base(data), temp))
+		var notes []string
+		if _, err := Train(context.Background(), TrainOptions{Config: cfg, Data: data, AdapterOut: out, Steps: 2,
+			Note: func(s string) { notes = append(notes, s) }}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b), notes
+	}
+	a, notes := adapter(withOld, 0.5)
+	b, _ := adapter(without, 0.5)
+	if a != b {
+		t.Error("at temperature 0.5 the old log-probs changed the adapter")
+	}
+	if !slices.ContainsFunc(notes, func(s string) bool { return strings.Contains(s, "old log-probs are at temperature 1 and are not used") }) {
+		t.Errorf("no note that the old log-probs are not used: %q", notes)
+	}
+	c, notes1 := adapter(withOld, 1)
+	d, _ := adapter(without, 1)
+	if c == d {
+		t.Error("at temperature 1 the old log-probs changed nothing")
+	}
+	if slices.ContainsFunc(notes1, func(s string) bool { return strings.Contains(s, "not used") }) {
+		t.Errorf("a note at temperature 1: %q", notes1)
 	}
 }

@@ -293,6 +293,7 @@ var checks = []check{
 	inRange("train.epsilon", func(c Config) float64 { return c.Train.Epsilon }, 0, math.MaxFloat64, "want 0 or more"),
 	inRange("train.epsilon_high", func(c Config) float64 { return c.Train.EpsilonHigh }, 0, math.MaxFloat64, "want 0 (= epsilon) or more"),
 	inRange("train.beta", func(c Config) float64 { return c.Train.Beta }, 0, math.MaxFloat64, "want 0 (off) or more"),
+	inRange("train.temperature", func(c Config) float64 { return c.Train.Temperature }, math.SmallestNonzeroFloat64, math.MaxFloat64, "want a positive number (1 = the model's own distribution; the rollout's temperature trains as TRL and verl do)"),
 	inRange("train.entropy_coef", func(c Config) float64 { return c.Train.EntropyCoef }, -math.MaxFloat64, math.MaxFloat64, "want a finite number (0 = off; > 0 a bonus, < 0 a penalty)"),
 	wrap("train.schedule", "a learning-rate schedule train knows", func(c Config) error {
 		_, err := train.ScheduledLR(c.Train.Schedule, 1, 1, 0, 1)

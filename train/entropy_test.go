@@ -18,6 +18,13 @@ func withEntropyWeights(seqs []llama.PGSeq, f func(i, k int) float32) []llama.PG
 // completion token's distribution, from logits rows an inference context
 // decodes (with the adapter set): not through llama_pg_eval.
 func decodeEntropies(t *testing.T, m *llama.Model, a *llama.Adapter, seqs []llama.PGSeq) [][]float64 {
+	return decodeRows(t, m, a, seqs, func(row []float32, _ llama.Token) float64 { return rowEntropy(row) })
+}
+
+// decodeRows applies f to every completion token and the logits row that
+// predicts it, which an inference context decodes (with the adapter set),
+// sequences in order.
+func decodeRows(t *testing.T, m *llama.Model, a *llama.Adapter, seqs []llama.PGSeq, f func(row []float32, tok llama.Token) float64) [][]float64 {
 	t.Helper()
 	ctx, err := llama.NewContext(m, llama.ContextParams{NCtx: 256, NBatch: 256, NUBatch: 256, NSeqMax: 1, FlashAttn: llama.FlashAttnOff})
 	if err != nil {
@@ -46,7 +53,7 @@ func decodeEntropies(t *testing.T, m *llama.Model, a *llama.Adapter, seqs []llam
 			if err != nil {
 				t.Fatal(err)
 			}
-			out[i] = append(out[i], rowEntropy(row))
+			out[i] = append(out[i], f(row, s.Tokens[p+1]))
 		}
 	}
 	return out

@@ -36,6 +36,9 @@ type Shape struct {
 	// Entropy: the pass carries the entropy term (train.entropy_coef),
 	// whose graph keeps more vocabulary-wide rows per completion row.
 	Entropy bool
+	// Temperature: the pass scales its logits by 1/T (train.temperature not
+	// 1), one more vocabulary-wide row per completion row and its gradient.
+	Temperature bool
 }
 
 // ModelShape reads a model's shape: its width, feed-forward width (the
@@ -67,7 +70,8 @@ func ModelShape(m *llama.Model) Shape {
 // the feed-forward width (gate, up, their product); per layer two
 // heads x tokens x tokens score matrices (the packed attention's softmax
 // and a gradient; three with soft-capped scores) and the masks; per completion row three vocabulary-wide
-// rows (logits, labels, their gradient), and with the entropy term four
+// rows (logits, labels, their gradient), two more at a temperature other
+// than 1 (the scaled logits and their gradient), and with the entropy term four
 // more (its softmax, log and product and their gradients, the allocator
 // reusing some: 3.0 rows measured on bench-100m, 32,000 wide); 512 KiB for
 // the rest. It is the worst case of a pass of that many tokens (one
@@ -100,6 +104,9 @@ func activationBytes(s Shape, tokens, rows int, a attention) int64 {
 	vocabRows := int64(3)
 	if s.Entropy {
 		vocabRows += 4
+	}
+	if s.Temperature {
+		vocabRows += 2
 	}
 	return int64(s.Layers)*perLayer + 4*vocabRows*r*int64(s.Vocab) + 8*a.scores + 512<<10
 }

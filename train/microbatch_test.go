@@ -70,13 +70,13 @@ func TestActivationEstimate(t *testing.T) {
 		defer m.Close()
 		a := newAdapter(t, m, true)
 		for _, n := range []int{64, 256, 512} {
-			for _, layout := range []string{"one mask", "streams", "gathered", "shared", "entropy"} {
-				if n == 64 && layout != "one mask" || layout == "entropy" && n != 256 {
-					continue // one sequence: one mask; the entropy term at one size
+			for _, layout := range []string{"one mask", "streams", "gathered", "shared", "entropy", "temperature"} {
+				if n == 64 && layout != "one mask" || (layout == "entropy" || layout == "temperature") && n != 256 {
+					continue // one sequence: one mask; the entropy term and a temperature at one size
 				}
 				var exs []Example
 				switch layout {
-				case "one mask", "entropy": // n/64 sequences: one long, the rest of 20
+				case "one mask", "entropy", "temperature": // n/64 sequences: one long, the rest of 20
 					k := n / 64
 					lengths := []int{n - 20*(k-1)}
 					for range k - 1 {
@@ -100,8 +100,11 @@ func TestActivationEstimate(t *testing.T) {
 				}
 				cfg := testConfig()
 				cfg.MicroBatchTokens = n
-				if layout == "entropy" {
+				switch layout {
+				case "entropy":
 					cfg.EntropyCoef = 0.01
+				case "temperature":
+					cfg.Temperature = 0.5
 				}
 				tr, err := NewLoRATrainer(m, a, cfg)
 				if err != nil {
@@ -122,6 +125,7 @@ func TestActivationEstimate(t *testing.T) {
 				}
 				shape := ModelShape(m)
 				shape.Entropy = layout == "entropy"
+				shape.Temperature = layout == "temperature"
 				est := PassBytes(shape, mbs[0])
 				worst := ActivationBytes(shape, n, st.Tokens)
 				t.Logf("%s, %d tokens (%s): compute buffer %.2f MiB, estimate %.2f MiB (%.2fx), one-mask estimate %.2f MiB", name, n, layout,

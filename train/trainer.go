@@ -49,6 +49,11 @@ type Config struct {
 	// sequence's factor z_i), to the loss: verl's entropy_coeff, an entropy
 	// bonus for positive values. 0 = no term, and the graph without it.
 	EntropyCoef float64
+	// Temperature T takes the log-probs, the entropy and the loss of
+	// softmax(z/T), the distribution the rollout sampled from at
+	// temperature T, as TRL's GRPOTrainer and verl do; 0 or 1 = the model's
+	// own (the graph without the scaling).
+	Temperature float64
 	// Schedule (constant, linear, cosine) and WarmupSteps shape the
 	// learning rate over the updates; TotalSteps is the number of updates
 	// the decays end at (a run's steps times Iterations).
@@ -228,10 +233,14 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	if cfg.MemoryBytes < 0 {
 		return nil, fmt.Errorf("invalid memory budget %d bytes", cfg.MemoryBytes)
 	}
+	if cfg.Temperature < 0 || math.IsNaN(cfg.Temperature) || math.IsInf(cfg.Temperature, 0) {
+		return nil, fmt.Errorf("invalid temperature %g: want 0 (the model's own, as 1) or a positive finite number", cfg.Temperature)
+	}
 	var sizing string
 	var budget int64
 	shape := ModelShape(m)
 	shape.Entropy = cfg.EntropyCoef != 0
+	shape.Temperature = cfg.Temperature != 0 && cfg.Temperature != 1
 	if cfg.MicroBatchTokens <= 0 {
 		b := MemoryBudget(m, cfg.MemoryBytes)
 		budget = b.Bytes
@@ -368,7 +377,7 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW, entW [][]floa
 		if skip != nil && skip[i] {
 			continue
 		}
-		seq := llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt)}
+		seq := llama.PGSeq{Tokens: toks, NPrompt: len(e.Prompt), Temperature: float32(t.cfg.Temperature)}
 		if len(cur) > 0 && !t.cfg.UnsharedPrompts {
 			seq.Shared = sharedPrefix(cur[len(cur)-1].Tokens, toks, len(e.Prompt)-1)
 		}
