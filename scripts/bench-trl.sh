@@ -3,11 +3,11 @@
 # the real-model demo's task and model, the same settings on both sides, both
 # on THREADS (2) threads, one after the other.
 #
-#   confclip  `confclip run examples/demo-real.toml --reward binary
-#             --train-temperature 0.5` (binary GRPO, the group's std,
-#             token_mean, the loss's log-probs at the sampling temperature
-#             as TRL takes them), from the exact F32 copy of
-#             SmolLM2-135M-Instruct
+#   confclip  `confclip run examples/demo-real.toml --reward binary` (binary
+#             GRPO, the group's std, token_mean; the loss's log-probs at
+#             temperature 1, where TRL takes them at the sampling temperature:
+#             --train-temperature 0.5 does as TRL, docs/speed.md), from the
+#             exact F32 copy of SmolLM2-135M-Instruct
 #   TRL       scripts/trl_grpo.py in build/trl-venv (scripts/trl-venv.sh):
 #             GRPOTrainer with its own generation, the same F32 GGUF loaded by
 #             transformers (gguf_file=, every weight float32), loss_type dapo
@@ -42,7 +42,7 @@ mkdir -p "$out"
 
 echo "bench-trl: confclip run, $STEPS steps, $THREADS threads" >&2
 /usr/bin/time -f '%M %e' -o "$out/confclip.time" \
-  ./bin/confclip run examples/demo-real.toml --reward binary --train-temperature 0.5 --steps "$STEPS" --threads "$THREADS" \
+  ./bin/confclip run examples/demo-real.toml --reward binary --steps "$STEPS" --threads "$THREADS" \
   --out "$out/confclip" >"$out/confclip.log" 2>&1 || { tail -20 "$out/confclip.log"; exit 1; }
 
 echo "bench-trl: TRL GRPOTrainer, $STEPS steps, $THREADS threads" >&2
