@@ -128,18 +128,24 @@ func TestEntropyTermGradientCheck(t *testing.T) {
 		{"entropy and token weights", withEntropyWeights(withTokenWeights(seqs, func(i, k int) float32 { return tw[(3*i+k)%len(tw)] }),
 			func(i, k int) float32 { return 0.5 * ew[(i+2*k)%len(ew)] })},
 	} {
-		_, _, g := pgGrads(t, ctx, ps, c.seqs)
-		scratch := gradBuffers(ps)
-		lossNow := func() float64 {
-			l, _, err := ctx.PGEval(c.seqs, ps, scratch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
-		}
-		worst := fdCheck(t, ps, g, lossNow, nil, 2, 2e-2, 1e-3)
-		t.Logf("%s: worst relative error %.3g", c.name, worst)
+		t.Logf("%s: worst relative error %.3g", c.name, pgFDCheck(t, ctx, ps, c.seqs))
 	}
+}
+
+// pgFDCheck checks PGEval's gradient over seqs against central finite
+// differences of its loss and returns the worst relative error.
+func pgFDCheck(t *testing.T, ctx *llama.Context, ps []*llama.Param, seqs []llama.PGSeq) float64 {
+	t.Helper()
+	_, _, g := pgGrads(t, ctx, ps, seqs)
+	scratch := gradBuffers(ps)
+	lossNow := func() float64 {
+		l, _, err := ctx.PGEval(seqs, ps, scratch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	return fdCheck(t, ps, g, lossNow, nil, 2, 2e-2, 1e-3)
 }
 
 // TestEntropyWeightsBad: a wrong count or a weight that is not finite is
