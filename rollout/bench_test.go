@@ -452,3 +452,53 @@ func BenchmarkPeakMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkManySequences times a greedy evaluation's work, 128 different
+// prompts with one completion each, decoded 64 sequences at a time against
+// 16 at a time, in the same run (alternating, best of each). 64 queries in a
+// step put upstream's tiled flash-attention kernel on a cache where each
+// query sees only its own sequence's cells; before patch 0059 it multiplied
+// every query by every cell, and 64 at a time ran at 0.72 of 16 at a time
+// (SmolLM2-135M F32, 2 threads; docs/speed.md). The ratio is 64/16.
+func BenchmarkManySequences(b *testing.B) {
+	for _, bm := range benchModels(b) {
+		if bm.name != "bench-100m" {
+			continue
+		}
+		b.Run(bm.name, func(b *testing.B) {
+			m := loadModel(b, bm.path)
+			var prompts []dataset.Prompt
+			for i := range 128 {
+				prompts = append(prompts, dataset.Prompt{ID: fmt.Sprint(i), Prompt: fmt.Sprintf("What is %d+%d? Answer:", 3*i+1, 7*i%23)})
+			}
+			eng := func(parallel int) *rollout.Engine {
+				return newEngine(b, m, rollout.Options{Group: 1, MaxTokens: 32, Parallel: parallel, SeqCtx: 64, Seed: 1,
+					Sampling: sampler.Params{Temperature: 0}})
+			}
+			wide, narrow := eng(64), eng(16)
+			run := func(e *rollout.Engine) int {
+				st, err := e.Generate(context.Background(), prompts, func([]dataset.Rollout) error { return nil })
+				if err != nil || len(st.Errors) > 0 {
+					b.Fatal(err, st.Errors)
+				}
+				return st.Tokens
+			}
+			var rw, rn float64
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%2 == 0 {
+					rw = max(rw, rate(func() int { return run(wide) }))
+					rn = max(rn, rate(func() int { return run(narrow) }))
+				} else {
+					rn = max(rn, rate(func() int { return run(narrow) }))
+					rw = max(rw, rate(func() int { return run(wide) }))
+				}
+			}
+			b.ReportMetric(rw, "64-seq_tok/s")
+			b.ReportMetric(rn, "16-seq_tok/s")
+			b.ReportMetric(rw/rn, "64/16")
+			fmt.Printf("\nmany sequences (%s, 128 prompts x 32 greedy tokens, %d threads): 64 at a time %.0f tokens/s, 16 at a time %.0f tokens/s, 64/16 = %.2f\n",
+				bm.name, wide.Options().Threads, rw, rn, rw/rn)
+		})
+	}
+}
