@@ -298,6 +298,10 @@ func (r *runner) evaluate(ctx context.Context, step int) (*EvalResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("step %d: evaluation: %w", step, err)
 	}
+	// Its KV cache is not held until the next evaluation.
+	if err := r.greedy.Release(); err != nil {
+		return nil, err
+	}
 	return &res, nil
 }
 
@@ -590,7 +594,18 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.TrainSkipped = 1
 	if len(recs) > 0 {
 		stage("training")
-		if err := trainStep(ctx, tr, recs, &row); err != nil {
+		// One stage's buffers at a time: the engine's KV cache while the
+		// trainer's activations are held, and those while it samples.
+		if e != nil {
+			if err := e.Release(); err != nil {
+				return metrics.Step{}, err
+			}
+		}
+		err := trainStep(ctx, tr, recs, &row)
+		if err == nil {
+			err = tr.Release()
+		}
+		if err != nil {
 			return metrics.Step{}, fmt.Errorf("step %d: train: %w", step, err)
 		}
 	}

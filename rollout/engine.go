@@ -202,7 +202,13 @@ func NewEngine(m *llama.Model, o Options) (*Engine, error) {
 func (e *Engine) Options() Options { return e.o }
 
 // Close frees the context and the batch. It is safe to call twice.
-func (e *Engine) Close() error {
+func (e *Engine) Close() error { return e.Release() }
+
+// Release frees the context (its KV cache) and the batch until the next
+// call, which makes them again: the RL loop releases its engines while it
+// trains, and its greedy engine between evaluations, so that the KV caches
+// and the training buffers are not held at once.
+func (e *Engine) Release() error {
 	var err error
 	if e.ctx != nil {
 		err = e.ctx.Close()

@@ -9,6 +9,7 @@ import (
 	"math"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -206,6 +207,30 @@ func TestManySequencesMatchTeacherForcing(t *testing.T) {
 	t.Logf("stories260K, 72 sequences decoding together: max |rollout - teacher-forced| log-prob %.3g, entropy %.3g over %d tokens", dlp, dent, st.Tokens)
 	if dlp > 1e-4 {
 		t.Fatalf("log-probs differ by %g", dlp)
+	}
+}
+
+// TestReleaseThenGenerate: an engine released between calls (the RL loop
+// frees its KV cache while it trains) makes its context again and samples
+// what it sampled before, bit for bit.
+func TestReleaseThenGenerate(t *testing.T) {
+	m := loadModel(t, tinyPath)
+	e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 16, Parallel: 8, Seed: 7, NoTiming: true,
+		Sampling: sampler.Params{Temperature: 1}})
+	first, _ := generate(t, e, tinyPrompts)
+	for range 2 {
+		if err := e.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, _ := generate(t, e, tinyPrompts)
+	if len(first) != len(again) {
+		t.Fatalf("%d records, then %d after Release", len(first), len(again))
+	}
+	for i := range first {
+		if !equalInts(first[i].Tokens, again[i].Tokens) || !slices.Equal(first[i].Logprobs, again[i].Logprobs) {
+			t.Fatalf("record %d: %v %v, after Release %v %v", i, first[i].Tokens, first[i].Logprobs, again[i].Tokens, again[i].Logprobs)
+		}
 	}
 }
 

@@ -317,10 +317,40 @@ func (t *Trainer) grow(n int) error {
 	if n <= t.capacity {
 		return nil
 	}
-	c := contextTokens(n)
+	// after Release, the context comes back at its size before (one new
+	// context, not one for each sequence packed)
+	if err := t.replaceContext(contextTokens(max(n, t.released))); err != nil {
+		return fmt.Errorf("a context for a sequence of %d tokens: %w", n, err)
+	}
+	t.released = 0
+	return nil
+}
+
+// releasedCapacity is the context a released trainer keeps: the smallest.
+const releasedCapacity = 64
+
+// Release frees the training context's buffers (the compute buffer of the
+// largest pass so far: about 2 GiB for 1,024 tokens of a 49,152-token
+// vocabulary) until the next pass, which grows a context again. The RL loop
+// releases its trainer while it samples and evaluates.
+func (t *Trainer) Release() error {
+	if t.capacity <= releasedCapacity {
+		return nil
+	}
+	c := t.capacity
+	if err := t.replaceContext(releasedCapacity); err != nil {
+		return err
+	}
+	t.released = c
+	return nil
+}
+
+// replaceContext gives the trainer a new context of c tokens, with the
+// adapter set on it and the profile's totals carried over.
+func (t *Trainer) replaceContext(c int) error {
 	nctx, err := t.newContext(c)
 	if err != nil {
-		return fmt.Errorf("a context for a sequence of %d tokens: %w", n, err)
+		return err
 	}
 	if t.adapter != nil {
 		if err := nctx.SetAdapter(t.adapter, 1); err != nil {

@@ -243,3 +243,47 @@ func TestLongSequenceRunsAlone(t *testing.T) {
 	}
 	logProbsAgree(t, whole, alone, exs, 1e-4)
 }
+
+// TestReleaseFreesAndRestores: Release gives back the training context's
+// buffers (the RL loop samples while it holds none), and the next update
+// grows the context back to its size in one step and computes what a
+// trainer that never released computes, bit for bit.
+func TestReleaseFreesAndRestores(t *testing.T) {
+	m := load(t, false)
+	exs := randomExamples(m, 6, 7)
+	kept := microBatchTrainer(t, m, newAdapter(t, m, true), 256)
+	freed := microBatchTrainer(t, m, newAdapter(t, m, true), 256)
+	for step := range 3 {
+		a, err := kept.Update(context.Background(), exs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := freed.ComputeBufferBytes()
+		b, err := freed.Update(context.Background(), exs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if step > 0 && freed.capacity != kept.capacity {
+			t.Fatalf("step %d: context for %d tokens after Release, %d without", step, freed.capacity, kept.capacity)
+		}
+		before := freed.ComputeBufferBytes()
+		if err := freed.Release(); err != nil {
+			t.Fatal(err)
+		}
+		after := freed.ComputeBufferBytes()
+		t.Logf("step %d: compute buffer %d -> %d bytes after Release (%d before the update)", step, before, after, held)
+		if after*4 > before {
+			t.Fatalf("step %d: compute buffer %d bytes after Release, %d before: want at most a quarter", step, after, before)
+		}
+		if a[0].Loss != b[0].Loss || a[0].GradNorm != b[0].GradNorm {
+			t.Fatalf("step %d: loss %v, grad norm %v; with Release %v, %v", step, a[0].Loss, a[0].GradNorm, b[0].Loss, b[0].GradNorm)
+		}
+	}
+	for i := range kept.values {
+		for j := range kept.values[i] {
+			if kept.values[i][j] != freed.values[i][j] {
+				t.Fatalf("parameter %d[%d]: %v, with Release %v", i, j, kept.values[i][j], freed.values[i][j])
+			}
+		}
+	}
+}

@@ -158,6 +158,7 @@ type Trainer struct {
 	adapter *llama.Adapter // nil for full-parameter training
 	// capacity is the tokens ctx holds in one pass (grow makes it larger)
 	capacity int
+	released int            // the capacity before Release, which grow restores; 0 when not released
 	sizing   string         // how the micro-batch was chosen (Sizing)
 	budget   int64          // the activations' budget that sized it (0: given)
 	shape    Shape          // the model's, for each pass's estimate (PassBytes) within budget
