@@ -51,6 +51,8 @@ p.add_argument("--seed", type=int, default=1)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--heldout", type=int, default=500, help="first N prompts of --eval; 0 skips the evaluations")
 p.add_argument("--eval-batch", type=int, default=32)
+p.add_argument("--no-before", action="store_true",
+               help="skip the evaluation before training (the same for every seed: the base model's)")
 p.add_argument("--out", default="build/trl-grpo", help="TRL's output_dir (nothing is saved)")
 p.add_argument("--verdicts", default="", help="write each held-out prompt's verdict after training, JSON lines "
                '{"id": ..., "correct": ...}, to this file (for a paired test against another tool)')
@@ -167,7 +169,7 @@ def evaluate(m, when):
     return right / n
 
 
-acc_before = evaluate(model, "before") if heldout else None
+acc_before = evaluate(model, "before") if heldout and not args.no_before else None
 
 # --- timing: TRL's profiling contexts, per step --------------------------------
 prof = {}
