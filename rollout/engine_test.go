@@ -141,15 +141,22 @@ func TestRolloutLogprobsMatchTeacherForcing(t *testing.T) {
 	// share batches with other groups, the hard case for batch composition.
 	e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 24, Parallel: 6, Seed: 3,
 		Sampling: sampler.Params{Temperature: 1}})
-	recs, st := generate(t, e, tinyPrompts)
-	if len(recs) != 4*len(tinyPrompts) || st.Groups != len(tinyPrompts) || len(st.Errors) != 0 {
+	matchForcing(t, m, e, tinyPrompts, 24, "tiny")
+}
+
+// matchForcing generates the prompts, checks every record, teacher-forces
+// copies of them and fails when a log-prob differs by more than 1e-4.
+func matchForcing(t *testing.T, m *llama.Model, e *rollout.Engine, prompts []dataset.Prompt, maxTokens int, name string) {
+	t.Helper()
+	recs, st := generate(t, e, prompts)
+	if len(recs) != e.Options().Group*len(prompts) || st.Groups != len(prompts) || len(st.Errors) != 0 {
 		t.Fatalf("%d records, stats %+v", len(recs), st)
 	}
 	for _, r := range recs {
-		checkRecord(t, m, r, 24)
+		checkRecord(t, m, r, maxTokens)
 	}
 	dlp, dent := forceCopies(t, e, recs)
-	t.Logf("tiny: max |rollout - teacher-forced| log-prob %.3g, entropy %.3g over %d tokens", dlp, dent, st.Tokens)
+	t.Logf("%s: max |rollout - teacher-forced| log-prob %.3g, entropy %.3g over %d tokens", name, dlp, dent, st.Tokens)
 	if dlp > 1e-4 {
 		t.Fatalf("log-probs differ by %g", dlp)
 	}
@@ -164,15 +171,7 @@ func TestRolloutLogprobsMatchTeacherForcingStories(t *testing.T) {
 	}
 	e := newEngine(t, m, rollout.Options{Group: 8, MaxTokens: 64, Parallel: 12, Seed: 11,
 		Sampling: sampler.Params{Temperature: 1}})
-	recs, st := generate(t, e, prompts)
-	for _, r := range recs {
-		checkRecord(t, m, r, 64)
-	}
-	dlp, dent := forceCopies(t, e, recs)
-	t.Logf("stories260K: max |rollout - teacher-forced| log-prob %.3g, entropy %.3g over %d tokens", dlp, dent, st.Tokens)
-	if dlp > 1e-4 {
-		t.Fatalf("log-probs differ by %g", dlp)
-	}
+	matchForcing(t, m, e, prompts, 64, "stories260K")
 }
 
 // TestManySequencesMatchTeacherForcing decodes 72 sequences of different
@@ -196,18 +195,7 @@ func TestManySequencesMatchTeacherForcing(t *testing.T) {
 	}
 	e := newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 24, Parallel: 72, Seed: 13, FlashAttn: "on",
 		Sampling: sampler.Params{Temperature: 1}})
-	recs, st := generate(t, e, prompts)
-	if len(recs) != len(prompts) || len(st.Errors) != 0 {
-		t.Fatalf("%d records, stats %+v", len(recs), st)
-	}
-	for _, r := range recs {
-		checkRecord(t, m, r, 24)
-	}
-	dlp, dent := forceCopies(t, e, recs)
-	t.Logf("stories260K, 72 sequences decoding together: max |rollout - teacher-forced| log-prob %.3g, entropy %.3g over %d tokens", dlp, dent, st.Tokens)
-	if dlp > 1e-4 {
-		t.Fatalf("log-probs differ by %g", dlp)
-	}
+	matchForcing(t, m, e, prompts, 24, "stories260K, 72 sequences decoding together")
 }
 
 // TestReleaseThenGenerate: an engine released between calls (the RL loop
