@@ -330,9 +330,9 @@ func (t *Trainer) grow(n int) error {
 const releasedCapacity = 64
 
 // Release frees the training context's buffers (the compute buffer of the
-// largest pass so far: about 2 GiB for 1,024 tokens of a 49,152-token
-// vocabulary) until the next pass, which grows a context again. The RL loop
-// releases its trainer while it samples and evaluates.
+// largest pass so far, the largest part of the real-model demo's peak at
+// 1,024 tokens a pass) until the next pass, which grows a context again.
+// The RL loop releases its trainer while it samples and evaluates.
 func (t *Trainer) Release() error {
 	if t.capacity <= releasedCapacity {
 		return nil
