@@ -69,9 +69,11 @@ func TestDocumentedCommands(t *testing.T) {
 		}
 		ran++
 		code, out := runOut(t, c.args...)
-		if asksGPU(c.args) && code == 1 && strings.Contains(out, "no GPU backend") {
-			// A GPU recipe on a CPU-only build: the documented clear error,
-			// not a silent CPU run (the Vulkan CI step runs it on a device).
+		if asksGPU(c.args) && code == 1 && strings.Contains(out, llama.ErrNoGPU.Error()) {
+			// A GPU recipe on a CPU-only build, or on a GPU build where
+			// its backend finds no device (CI's CUDA build): the
+			// documented clear error, not a silent CPU run (the Vulkan CI
+			// step runs it on a device).
 			continue
 		}
 		if code != 0 {
