@@ -213,7 +213,8 @@ test: $(LIBS)
 # The memory-safety checks (llama's package doc, "The cgo discipline"):
 #   test-race    the race detector over the packages whose goroutines share
 #                state (the server's HTTP handlers and its loop, pipeline's
-#                Model, parallel scoring and verifying, command verifiers);
+#                Model, parallel scoring and verifying, command verifiers,
+#                llama's handles closed under running calls);
 #   test-stress  llama's and train's stress tests (GGUF writes, training
 #                evaluations and steps, decodes, adapter swaps, handles dropped
 #                without Close) with the collector running at almost every
@@ -228,6 +229,9 @@ RACE_PKGS     ?= ./server ./verifiers ./dataset ./scoring ./verify ./teacherforc
 # suite (training runs, plots) takes over 10 minutes under the race
 # detector on 2 cores.
 RACE_PIPELINE ?= TestLoadAdapterRollsBack|TestAdapterPathRaceFree|TestEvaluateCountsFailedPrompts|TestRolloutResumeChecksProvenance
+# llama under -race: Close of a model and of a context while goroutines
+# decode, tokenize and read an adapter on them.
+RACE_LLAMA    ?= TestCloseWhileDecoding|TestCloseContextWhileDecoding
 STRESS_ROUNDS ?= 40
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
@@ -235,6 +239,7 @@ GOLANGCI_LINT := bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 test-race: $(LIBS)
 	$(GO) test -race $(GOFLAGS_LD) -count=1 -timeout 20m $(RACE_PKGS)
 	$(GO) test -race $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RACE_PIPELINE)' ./pipeline
+	$(GO) test -race $(GOFLAGS_LD) -count=1 -timeout 20m -run '$(RACE_LLAMA)' ./llama
 
 test-stress: $(LIBS)
 	GOGC=1 GOEXPERIMENT=cgocheck2 CONFCLIP_STRESS_ROUNDS=$(STRESS_ROUNDS) \

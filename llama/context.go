@@ -55,6 +55,7 @@ type ctxRes struct {
 	prof     *profState // nil unless ContextParams.Profile
 	m        *Model
 	adapters map[*Adapter]float32
+	life     life // the calls running on the context
 }
 
 // free frees the C context once (lifeMu held).
@@ -180,13 +181,15 @@ func (p ContextParams) cacheParams(cp *C.struct_llama_context_params) error {
 
 // NewContext creates a context for the model.
 func NewContext(m *Model, p ContextParams) (*Context, error) {
-	if m == nil || m.m == nil {
+	// A call on the model: its Close waits for it, so the context is
+	// registered before Close collects the model's contexts.
+	if !m.enter() {
 		return nil, fmt.Errorf("llama: NewContext: %w", ErrClosed)
 	}
+	defer m.exit()
 	if m.vocabOnly {
 		return nil, fmt.Errorf("%s: loaded vocab-only; a context needs the weights", m.path)
 	}
-	defer runtime.KeepAlive(m)
 	if p.TrainingGraphs && m.repacked {
 		// ggml's scheduler would abort: no backend runs the backward
 		// product (OUT_PROD) on a repacked weight.
@@ -262,29 +265,40 @@ func freeCtx(r *ctxRes) {
 	r.free()
 }
 
-// Close frees the context (and lets go of its adapters). It is safe to call
-// twice, and after its model's Close (which closed it); the methods of a
-// closed context return ErrClosed (or do nothing where they return no
-// error).
+// Close frees the context (and lets go of its adapters). As Model.Close, it
+// may run while other goroutines call the context: calls that start after
+// it get ErrClosed (or do nothing where they return no error), and it waits
+// for the running ones before it frees the context. A second Close, or one
+// after the model's Close (which closed the context), returns ErrClosed.
 func (c *Context) Close() error {
-	if c == nil || c.r == nil {
-		return nil
+	if c == nil || c.r == nil || !c.r.life.close() {
+		return ErrClosed
 	}
 	c.cleanup.Stop()
 	freeCtx(c.r)
 	return nil
 }
 
-func (c *Context) closed() bool { return c == nil || c.r == nil || c.r.c == nil }
+// closed reports whether the context's Close (or its model's) has begun.
+func (c *Context) closed() bool { return c == nil || c.r == nil || c.r.life.isClosing() }
 
-// with runs f on the open context and keeps the context (hence its model and
-// adapters) alive until f returns; on a closed context it returns ErrClosed
-// and f never runs.
+// enter starts a call on the open context: false once Close has begun.
+func (c *Context) enter() bool { return c != nil && c.r != nil && c.r.life.acquire() }
+
+// exit ends a call that enter started, keeping the context (hence its model
+// and adapters) alive until then.
+func (c *Context) exit() {
+	c.r.life.release()
+	runtime.KeepAlive(c)
+}
+
+// with runs f on the open context as one call (enter, exit); on a closed
+// context it returns ErrClosed and f never runs.
 func (c *Context) with(f func(*C.struct_llama_context)) error {
-	defer runtime.KeepAlive(c)
-	if c.closed() {
+	if !c.enter() {
 		return ErrClosed
 	}
+	defer c.exit()
 	f(c.r.c)
 	return nil
 }
@@ -392,9 +406,13 @@ func (c *Context) Logits(i int) ([]float32, error) {
 }
 
 // CopyLogits copies the logits row of batch index i of the last Decode into
-// dst (len(dst) == NVocab of the model) while the context is held.
+// dst (len(dst) == NVocab of the model) as one call: a concurrent Close
+// waits until the row is copied.
 func (c *Context) CopyLogits(i int, dst []float32) error {
-	defer runtime.KeepAlive(c)
+	if !c.enter() {
+		return ErrClosed
+	}
+	defer c.exit()
 	row, err := c.Logits(i)
 	if err != nil {
 		return err
@@ -556,6 +574,7 @@ type adapterRes struct {
 	a     *C.struct_llama_adapter_lora
 	m     *Model
 	users map[*ctxRes]struct{}
+	life  life // the calls running on the adapter (its tensors)
 }
 
 func (r *adapterRes) free() {
@@ -575,9 +594,11 @@ func freeAdapter(r *adapterRes) {
 
 // LoadAdapter loads a LoRA adapter in llama.cpp's GGUF format for the model.
 func LoadAdapter(m *Model, path string) (*Adapter, error) {
-	if m.closed() {
+	// A call on the model, as NewContext.
+	if !m.enter() {
 		return nil, ErrClosed
 	}
+	defer m.exit()
 	g, err := OpenGGUF(path)
 	if err != nil {
 		return nil, err
@@ -631,18 +652,25 @@ func (a *Adapter) TensorNames() []string { return a.tensors }
 // open context: the context would compute with freed weights.
 var ErrAdapterInUse = errors.New("llama: the adapter is set on an open context (remove it or close the context first)")
 
-// Close frees the adapter. It is safe to call twice. While the adapter is set
-// on an open context it returns ErrAdapterInUse and frees nothing.
+// Close frees the adapter, after the calls running on it (reading or
+// writing its tensors, a training pass over them) end; calls that start
+// after it get ErrClosed, and so does a second Close. While the adapter is
+// set on an open context it returns ErrAdapterInUse and frees nothing.
 func (a *Adapter) Close() error {
 	if a == nil || a.r == nil {
-		return nil
+		return ErrClosed
+	}
+	if err := a.inUse(); err != nil {
+		return err
+	}
+	if !a.r.life.close() {
+		return ErrClosed
 	}
 	lifeMu.Lock()
 	defer lifeMu.Unlock()
-	if a.r.a == nil {
-		return nil
-	}
 	if len(a.r.users) > 0 {
+		// set on a context while Close waited for a call
+		a.r.life.reopen()
 		return fmt.Errorf("%w: %s on %d context(s)", ErrAdapterInUse, a.path, len(a.r.users))
 	}
 	a.cleanup.Stop()
@@ -650,14 +678,34 @@ func (a *Adapter) Close() error {
 	return nil
 }
 
-func (a *Adapter) closed() bool { return a == nil || a.r == nil || a.r.a == nil }
+// inUse is ErrAdapterInUse (wrapped) while the adapter is set on a context.
+func (a *Adapter) inUse() error {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if n := len(a.r.users); n > 0 {
+		return fmt.Errorf("%w: %s on %d context(s)", ErrAdapterInUse, a.path, n)
+	}
+	return nil
+}
 
-// with runs f on the open adapter and keeps it alive until f returns.
+// closed reports whether the adapter's Close (or its model's) has begun.
+func (a *Adapter) closed() bool { return a == nil || a.r == nil || a.r.life.isClosing() }
+
+// enter starts a call on the open adapter: false once Close has begun.
+func (a *Adapter) enter() bool { return a != nil && a.r != nil && a.r.life.acquire() }
+
+// exit ends a call that enter started, keeping the adapter alive until then.
+func (a *Adapter) exit() {
+	a.r.life.release()
+	runtime.KeepAlive(a)
+}
+
+// with runs f on the open adapter as one call (enter, exit).
 func (a *Adapter) with(f func(*C.struct_llama_adapter_lora)) error {
-	defer runtime.KeepAlive(a)
-	if a.closed() {
+	if !a.enter() {
 		return ErrClosed
 	}
+	defer a.exit()
 	f(a.r.a)
 	return nil
 }
@@ -665,10 +713,11 @@ func (a *Adapter) with(f func(*C.struct_llama_adapter_lora)) error {
 // SetAdapter applies an adapter with a scale (1 = as trained). The context
 // holds the adapter until it is removed or the context is closed.
 func (c *Context) SetAdapter(a *Adapter, scale float32) error {
-	defer runtime.KeepAlive(a)
-	if c.closed() || a.closed() {
+	// A call on the adapter: its Close waits for it and then finds it set.
+	if !a.enter() {
 		return ErrClosed
 	}
+	defer a.exit()
 	if a.model != c.model {
 		return fmt.Errorf("llama: adapter %s was loaded for %s, the context's model is %s", a.path, a.model.path, c.model.path)
 	}
@@ -755,10 +804,10 @@ func (c *Context) ClearAdapters() {
 
 // Adapters is the number of adapters set on the context.
 func (c *Context) Adapters() int {
-	lifeMu.Lock()
-	defer lifeMu.Unlock()
-	if c.closed() {
+	if c == nil || c.r == nil {
 		return 0
 	}
-	return len(c.r.adapters)
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	return len(c.r.adapters) // nil once freed
 }

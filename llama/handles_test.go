@@ -46,9 +46,14 @@ func TestClosedHandles(t *testing.T) {
 	if _, err := b.Add(1, 0, []int{0}, true); !errors.Is(err, llama.ErrClosed) {
 		t.Errorf("Add on a closed batch: %v", err)
 	}
-	m.Close()
 	if err := m.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
+		t.Fatal(err)
+	}
+	if err := m.Close(); !errors.Is(err, llama.ErrClosed) {
+		t.Errorf("second Close: %v, want ErrClosed", err)
+	}
+	if err := c.Close(); !errors.Is(err, llama.ErrClosed) {
+		t.Errorf("second Context.Close: %v, want ErrClosed", err)
 	}
 	if _, err := m.Tokenize("a", true, false); !errors.Is(err, llama.ErrClosed) {
 		t.Errorf("Tokenize on a closed model: %v", err)

@@ -53,11 +53,12 @@ func TestEveryMethodAfterClose(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Close(); err != nil {
-		t.Fatalf("Adapter.Close after its model's Close: %v", err)
+	// Their own Close comes second, as a second os.File.Close does.
+	if err := a.Close(); !errors.Is(err, llama.ErrClosed) {
+		t.Fatalf("Adapter.Close after its model's Close: %v, want ErrClosed", err)
 	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("Context.Close after its model's Close: %v", err)
+	if err := c.Close(); !errors.Is(err, llama.ErrClosed) {
+		t.Fatalf("Context.Close after its model's Close: %v, want ErrClosed", err)
 	}
 	g.Close()
 	gw.Close()
@@ -136,8 +137,14 @@ func TestEveryMethodAfterClose(t *testing.T) {
 			t.Errorf("%s after Close is not the zero value", name)
 		}
 	}
-	// Close twice is fine everywhere.
-	for name, f := range map[string]func() error{"Model": m.Close, "Context": c.Close, "Adapter": a.Close, "Batch": b.Close, "GGUF": g.Close, "GGUFWriter": gw.Close} {
+	// A second Close of a llama.cpp handle is ErrClosed, as os.File's;
+	// the Go-side buffers (Batch, GGUF, GGUFWriter) take it quietly.
+	for name, f := range map[string]func() error{"Model": m.Close, "Context": c.Close, "Adapter": a.Close} {
+		if err := f(); !errors.Is(err, llama.ErrClosed) {
+			t.Errorf("second %s.Close: %v, want ErrClosed", name, err)
+		}
+	}
+	for name, f := range map[string]func() error{"Batch": b.Close, "GGUF": g.Close, "GGUFWriter": gw.Close} {
 		if err := f(); err != nil {
 			t.Errorf("second %s.Close: %v", name, err)
 		}
@@ -261,7 +268,7 @@ func TestParamHoldsItsOwner(t *testing.T) {
 
 // TestModelCloseClosesContexts: closing a model with a live context closes
 // the context (llama_free after llama_model_free reads the freed model, a
-// FIXME in llama.cpp), and the context's own Close afterwards is harmless.
+// FIXME in llama.cpp), and the context's own Close afterwards is ErrClosed.
 func TestModelCloseClosesContexts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m.gguf")
 	if err := modelgen.Write(path, modelgen.Tiny()); err != nil {
@@ -283,8 +290,8 @@ func TestModelCloseClosesContexts(t *testing.T) {
 		if err := c.Decode(llama.NewBatch(1, 1)); !errors.Is(err, llama.ErrClosed) {
 			t.Fatalf("Decode on a context of a closed model: %v", err)
 		}
-		if err := c.Close(); err != nil {
-			t.Fatal(err)
+		if err := c.Close(); !errors.Is(err, llama.ErrClosed) {
+			t.Fatalf("Context.Close after its model's: %v, want ErrClosed", err)
 		}
 	}
 }

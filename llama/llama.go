@@ -19,12 +19,15 @@
 //     it once, and a runtime.AddCleanup on the handle frees it if the caller
 //     forgot. The cleanup's argument is the resource, never the handle (the
 //     handle would then never become unreachable).
-//   - Every method reaches C through the handle's with helper (or, for a
-//     method that checks several handles, a deferred runtime.KeepAlive): it
-//     returns ErrClosed on a closed handle without reaching C, makes the call
-//     and keeps the handle alive until the call returns, so a cleanup never
-//     runs mid-call. Methods that return no error do nothing on a closed
-//     handle and return zero values.
+//   - Every method reaches C as one call on the handle: its with helper, or
+//     enter and a deferred exit. A call counts itself in the handle's life
+//     (life.go) and keeps the handle alive until it returns, so a cleanup
+//     never runs mid-call. Close works as os.File's: calls that start after
+//     it get ErrClosed without reaching C (methods that return no error do
+//     nothing and return zero values), Close waits for the calls running
+//     before it frees anything, and a second Close returns ErrClosed. So a
+//     Model, Context or Adapter may be closed while other goroutines use it
+//     (TestCloseWhileDecoding, under -race in make test-race).
 //   - Arrays handed to C are Go memory holding only C pointers (cgo lets C
 //     read them during the call), or C.calloc'd. Never store a pointer-typed
 //     value into uninitialised C memory (C.malloc): Go's write barrier reads
@@ -35,7 +38,8 @@
 //     Adapter. Model.Close closes the model's open contexts and adapters
 //     first (llama.cpp's point into the model); Adapter.Close while the
 //     adapter is set on an open context is refused (ErrAdapterInUse). The
-//     frees take one lock (lifeMu), so each C object is freed once, in order.
+//     frees take one lock (lifeMu), so each C object is freed once, in order;
+//     no Close holds it while it waits for calls (a call may take it).
 //   - Slices over C memory are copied out, except Context.Logits, whose row
 //     is valid until the next Decode or Close and does not keep the context
 //     alive (Context.CopyLogits copies it).

@@ -10,7 +10,9 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -56,6 +58,7 @@ type Model struct {
 	// Close frees them first.
 	ctxs     map[*ctxRes]struct{}
 	adapters map[*adapterRes]struct{}
+	life     life // the calls running on the model
 }
 
 // Token is a vocabulary id.
@@ -141,20 +144,31 @@ func LoadModel(path string, p ModelParams) (*Model, error) {
 
 // Close frees the model. The contexts and adapters made from it that are
 // still open are closed first (llama.cpp's contexts and adapters point into
-// the model): their methods then return ErrClosed. It is safe to call twice;
-// the methods of a closed model return ErrClosed (or zero values where they
-// return no error). Contexts and adapters keep their model alive, so a model
-// dropped without Close is freed after them. No goroutine may be using the
-// model's contexts while it is closed.
+// the model): their methods then return ErrClosed. Like os.File's Close, it
+// may run while other goroutines call the model, its contexts and adapters:
+// a call that starts after Close began gets ErrClosed (or the zero value of
+// a method that returns no error), and Close waits for the calls already
+// running before it frees anything. A second Close returns ErrClosed.
+// Contexts and adapters keep their model alive, so a model dropped without
+// Close is freed after them.
 func (m *Model) Close() error {
-	if m == nil {
-		return nil
+	if m == nil || !m.life.close() {
+		return ErrClosed
+	}
+	// No call on the model runs now, and none starts: NewContext and
+	// LoadAdapter are such calls, so the sets below are whole. Their
+	// contexts' and adapters' running calls end before anything is freed.
+	lifeMu.Lock()
+	ctxs, ads := slices.Collect(maps.Keys(m.ctxs)), slices.Collect(maps.Keys(m.adapters))
+	lifeMu.Unlock()
+	for _, r := range ctxs {
+		r.life.close()
+	}
+	for _, r := range ads {
+		r.life.close()
 	}
 	lifeMu.Lock()
 	defer lifeMu.Unlock()
-	if m.m == nil {
-		return nil
-	}
 	for r := range m.ctxs {
 		r.free()
 	}
@@ -167,16 +181,26 @@ func (m *Model) Close() error {
 	return nil
 }
 
-// closed reports whether the model was closed.
-func (m *Model) closed() bool { return m == nil || m.m == nil }
+// closed reports whether the model's Close has begun.
+func (m *Model) closed() bool { return m == nil || m.life.isClosing() }
 
-// with runs f on the open model and keeps the model alive until f returns;
-// on a closed model it returns ErrClosed and f never runs.
+// enter starts a call on the open model: false once Close has begun (the
+// caller returns ErrClosed). exit ends it.
+func (m *Model) enter() bool { return m != nil && m.life.acquire() }
+
+// exit ends a call that enter started, keeping the model alive until then.
+func (m *Model) exit() {
+	m.life.release()
+	runtime.KeepAlive(m)
+}
+
+// with runs f on the open model as one call (enter, exit); on a closed
+// model it returns ErrClosed and f never runs.
 func (m *Model) with(f func(*C.struct_llama_model)) error {
-	defer runtime.KeepAlive(m)
-	if m.closed() {
+	if !m.enter() {
 		return ErrClosed
 	}
+	defer m.exit()
 	f(m.m)
 	return nil
 }
@@ -205,10 +229,10 @@ func (m *Model) Path() string { return m.path }
 
 // Meta returns a metadata value as a string ("" when absent).
 func (m *Model) Meta(key string) string {
-	if m.closed() {
+	if !m.enter() {
 		return ""
 	}
-	defer runtime.KeepAlive(m)
+	defer m.exit()
 	ck := C.CString(key)
 	defer C.free(unsafe.Pointer(ck))
 	var buf [1024]C.char
@@ -261,10 +285,10 @@ var fileTypes = map[int]string{
 
 // Info returns the model's metadata.
 func (m *Model) Info() Info {
-	if m.closed() {
+	if !m.enter() {
 		return Info{}
 	}
-	defer runtime.KeepAlive(m)
+	defer m.exit()
 	var desc [256]C.char
 	C.llama_model_desc(m.m, &desc[0], C.size_t(len(desc)))
 	ft := "unknown"
@@ -315,16 +339,19 @@ func (m *Model) Architecture() string { return m.Meta("general.architecture") }
 
 // IsEOG reports whether t ends generation (EOS, EOT and the like).
 func (m *Model) IsEOG(t Token) bool {
-	defer runtime.KeepAlive(m)
-	return !m.closed() && bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(t)))
+	if !m.enter() {
+		return false
+	}
+	defer m.exit()
+	return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(t)))
 }
 
 // ChatTemplate is the model's own chat template ("" when it has none).
 func (m *Model) ChatTemplate() string {
-	if m.closed() {
+	if !m.enter() {
 		return ""
 	}
-	defer runtime.KeepAlive(m)
+	defer m.exit()
 	p := C.llama_model_chat_template(m.m, nil)
 	if p == nil {
 		return ""
@@ -339,10 +366,10 @@ var ErrInvalidUTF8 = errors.New("text is not valid UTF-8")
 // model asks; parseSpecial lets special tokens such as <|im_start|> in the
 // text become their ids.
 func (m *Model) Tokenize(text string, addSpecial, parseSpecial bool) ([]Token, error) {
-	if m.closed() {
+	if !m.enter() {
 		return nil, ErrClosed
 	}
-	defer runtime.KeepAlive(m)
+	defer m.exit()
 	if !utf8.ValidString(text) {
 		return nil, ErrInvalidUTF8
 	}
@@ -373,10 +400,10 @@ func (m *Model) Tokenize(text string, addSpecial, parseSpecial bool) ([]Token, e
 // UTF-8 character (byte tokens), so it is returned as bytes. special renders
 // special tokens (such as </s>) as text instead of nothing.
 func (m *Model) TokenPiece(t Token, special bool) ([]byte, error) {
-	if m.closed() {
+	if !m.enter() {
 		return nil, ErrClosed
 	}
-	defer runtime.KeepAlive(m)
+	defer m.exit()
 	if t < 0 || int(t) >= m.nv {
 		return nil, fmt.Errorf("token %d outside the vocabulary (size %d)", t, m.nv)
 	}
@@ -392,10 +419,10 @@ func (m *Model) TokenPiece(t Token, special bool) ([]byte, error) {
 
 // Detokenize turns token ids back into text.
 func (m *Model) Detokenize(toks []Token, removeSpecial, unparseSpecial bool) (string, error) {
-	if m.closed() {
+	if !m.enter() {
 		return "", ErrClosed
 	}
-	defer runtime.KeepAlive(m)
+	defer m.exit()
 	for _, t := range toks {
 		if t < 0 || int(t) >= m.nv {
 			return "", fmt.Errorf("token %d outside the vocabulary (size %d)", t, m.nv)
@@ -426,10 +453,10 @@ type Message struct {
 // template's text or a built-in name ("chatml", "llama3", ...); "" means the
 // model's own. addAssistant ends the text with the assistant's turn opener.
 func (m *Model) ApplyChatTemplate(tmpl string, msgs []Message, addAssistant bool) (string, error) {
-	if m.closed() {
+	if !m.enter() {
 		return "", ErrClosed
 	}
-	defer runtime.KeepAlive(m)
+	defer m.exit()
 	if tmpl == "" {
 		tmpl = m.ChatTemplate()
 		if tmpl == "" {

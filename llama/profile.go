@@ -113,7 +113,6 @@ import "C"
 import (
 	"fmt"
 	"io"
-	"runtime"
 	"sort"
 	"strings"
 	"unsafe"
@@ -142,7 +141,11 @@ func newProfile(cp *C.struct_llama_context_params) *profState {
 // profStart marks the start of a graph: its nodes are forward ones until
 // the loss.
 func (c *Context) profStart() {
-	if !c.closed() && c.r.prof != nil {
+	if !c.enter() {
+		return
+	}
+	defer c.exit()
+	if c.r.prof != nil {
 		c.r.prof.backward = 0
 	}
 }
@@ -151,11 +154,14 @@ func (c *Context) profStart() {
 // last reset, slowest first; nil unless the context was created with
 // ContextParams.Profile.
 func (c *Context) Profile() []OpStat {
-	if c.closed() || c.r.prof == nil {
+	if !c.enter() {
 		return nil
 	}
-	defer runtime.KeepAlive(c) // its cleanup frees the totals
+	defer c.exit() // Close and the cleanup free the totals
 	prof := c.r.prof
+	if prof == nil {
+		return nil
+	}
 	var out []OpStat
 	for ph := 0; ph < 2; ph++ {
 		for k := 0; k < int(C.CONFCLIP_PROF_KEYS); k++ {
@@ -175,9 +181,12 @@ func (c *Context) Profile() []OpStat {
 
 // ResetProfile clears the totals.
 func (c *Context) ResetProfile() {
-	if !c.closed() && c.r.prof != nil {
+	if !c.enter() {
+		return
+	}
+	defer c.exit()
+	if c.r.prof != nil {
 		C.memset(unsafe.Pointer(c.r.prof), 0, C.sizeof_confclip_prof)
-		runtime.KeepAlive(c)
 	}
 }
 

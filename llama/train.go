@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"unsafe"
 )
@@ -30,8 +29,13 @@ type Param struct {
 	n     int
 }
 
-// owner is the handle whose C memory holds a Param's tensor.
-type owner interface{ closed() bool }
+// owner is the handle whose C memory holds a Param's tensor: a call that
+// reads or writes the tensor is a call on it (enter, exit), so its Close
+// waits for the call.
+type owner interface {
+	enter() bool
+	exit()
+}
 
 func newParam(name string, t *C.struct_ggml_tensor, o owner) (*Param, error) {
 	if t == nil {
@@ -55,10 +59,10 @@ func (p *Param) Get(dst []float32) error {
 	if len(dst) != p.n {
 		return fmt.Errorf("llama: Param.Get of %s into %d values, want %d", p.Name, len(dst), p.n)
 	}
-	defer runtime.KeepAlive(p.owner)
-	if p.owner.closed() {
+	if !p.owner.enter() {
 		return ErrClosed
 	}
+	defer p.owner.exit()
 	C.ggml_backend_tensor_get(p.t, unsafe.Pointer(&dst[0]), 0, C.size_t(4*len(dst)))
 	return nil
 }
@@ -68,10 +72,10 @@ func (p *Param) Set(src []float32) error {
 	if len(src) != p.n {
 		return fmt.Errorf("llama: Param.Set of %s from %d values, want %d", p.Name, len(src), p.n)
 	}
-	defer runtime.KeepAlive(p.owner)
-	if p.owner.closed() {
+	if !p.owner.enter() {
 		return ErrClosed
 	}
+	defer p.owner.exit()
 	C.ggml_backend_tensor_set(p.t, unsafe.Pointer(&src[0]), 0, C.size_t(4*len(src)))
 	return nil
 }
@@ -229,14 +233,15 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		nComp += len(s.Tokens) - s.NPrompt
 	}
 	for j, p := range params {
-		if p.owner.closed() {
+		// The pass reads and writes the tensor: a call on its owner.
+		if !p.owner.enter() {
 			return 0, nil, fmt.Errorf("llama: param %s: %w", p.Name, ErrClosed)
 		}
+		defer p.owner.exit()
 		if len(grads[j]) != p.Len() {
 			return 0, nil, fmt.Errorf("llama: gradient buffer of %s has %d values, want %d", p.Name, len(grads[j]), p.Len())
 		}
 	}
-	defer runtime.KeepAlive(params) // and through them their owners
 	// The arrays handed to C are Go memory holding only C pointers (cgo
 	// allows passing them); what they point to is C memory, freed on return.
 	var cmem []unsafe.Pointer
