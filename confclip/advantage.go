@@ -9,28 +9,95 @@ import (
 // group with (almost) equal rewards does not divide by zero.
 const GRPOEps = 1e-6
 
-// AdvantageFunc fills a with the advantages of one group from its rewards r.
-// Each completion's advantage is broadcast to all of its tokens.
-type AdvantageFunc func(a, r []float64)
+// An Estimator fills a[g] with the advantages of group g from its rewards
+// r[g], seeing the whole batch: verl's estimators take the batch too, and
+// GRPO with the batch's std needs every group's rewards. Each completion's
+// advantage is broadcast to all of its tokens.
+type Estimator func(a, r [][]float64)
 
-var advantageFuncs = map[string]AdvantageFunc{
-	"grpo":    GRPO,
-	"dr_grpo": DrGRPO,
-	"rloo":    RLOO,
-	"none":    RawReward,
+// AdvantageEstimator is an estimator registered under an
+// advantage.estimator name.
+type AdvantageEstimator struct {
+	Name     string
+	Estimate Estimator
+	// Batch says that a group's advantages depend on the other groups'
+	// rewards, so that a shard of the groups cannot be scored alone.
+	Batch bool
+}
+
+// PerGroup makes an Estimator of one that sees a group at a time.
+func PerGroup(f func(a, r []float64)) Estimator {
+	return func(a, r [][]float64) {
+		for g := range r {
+			f(a[g], r[g])
+		}
+	}
+}
+
+var advantageEstimators = map[string]AdvantageEstimator{}
+
+// RegisterAdvantage adds an estimator. A name already taken is an error
+// (as verl's register_adv_est refuses one), so that no estimator silently
+// replaces another.
+func RegisterAdvantage(e AdvantageEstimator) error {
+	switch {
+	case e.Name == "":
+		return fmt.Errorf("RegisterAdvantage: an estimator needs a name")
+	case e.Estimate == nil:
+		return fmt.Errorf("RegisterAdvantage %q: no Estimate function", e.Name)
+	}
+	if _, ok := advantageEstimators[e.Name]; ok {
+		return fmt.Errorf("RegisterAdvantage: an advantage estimator %q is registered already", e.Name)
+	}
+	advantageEstimators[e.Name] = e
+	return nil
+}
+
+func init() {
+	for _, e := range []AdvantageEstimator{
+		{Name: "grpo", Estimate: PerGroup(GRPO)},
+		{Name: "grpo_batch", Estimate: GRPOBatch, Batch: true},
+		{Name: "dr_grpo", Estimate: PerGroup(DrGRPO)},
+		{Name: "rloo", Estimate: PerGroup(RLOO)},
+		{Name: "none", Estimate: PerGroup(RawReward)},
+	} {
+		if err := RegisterAdvantage(e); err != nil {
+			panic(err)
+		}
+	}
 }
 
 // LookupAdvantage returns the estimator registered under an advantage.estimator name.
-func LookupAdvantage(name string) (AdvantageFunc, error) {
-	f, ok := advantageFuncs[name]
+func LookupAdvantage(name string) (AdvantageEstimator, error) {
+	e, ok := advantageEstimators[name]
 	if !ok {
-		return nil, fmt.Errorf("unknown advantage estimator %q (known: %v)", name, AdvantageNames())
+		return AdvantageEstimator{}, fmt.Errorf("unknown advantage estimator %q (known: %v)", name, AdvantageNames())
 	}
-	return f, nil
+	return e, nil
 }
 
 // AdvantageNames lists the advantage.estimator names, sorted.
-func AdvantageNames() []string { return sortedKeys(advantageFuncs) }
+func AdvantageNames() []string { return sortedKeys(advantageEstimators) }
+
+// AdvantageFor is the estimator that advantage.estimator and
+// advantage.scale name together: the scale picks what GRPO divides by
+// (ScaleGroup: grpo itself; ScaleBatch: grpo_batch; ScaleNone: dr_grpo), and
+// only GRPO has a scale to pick.
+func AdvantageFor(estimator, scale string) (AdvantageEstimator, error) {
+	name := estimator
+	switch {
+	case scale == "" || scale == ScaleGroup:
+	case scale != ScaleBatch && scale != ScaleNone:
+		return AdvantageEstimator{}, fmt.Errorf("unknown advantage.scale %q (want one of %v)", scale, ScaleNames())
+	case estimator != "grpo":
+		return AdvantageEstimator{}, fmt.Errorf("advantage.scale %q scales the grpo estimator; advantage.estimator is %q", scale, estimator)
+	case scale == ScaleBatch:
+		name = "grpo_batch"
+	default:
+		name = "dr_grpo"
+	}
+	return LookupAdvantage(name)
+}
 
 // MeanStd returns the mean and the sample standard deviation (n-1 divisor)
 // of a group's rewards; std is 0 for fewer than two rewards. The mean is

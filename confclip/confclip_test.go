@@ -39,7 +39,7 @@ func groupAdvantages(t *testing.T, method, adv string, p RewardParams, v, c []fl
 	r = make([]float64, len(v))
 	a = make([]float64, len(v))
 	rw.Group(r, v, c)
-	af(a, r)
+	af.Estimate([][]float64{a}, [][]float64{r})
 	return r, a
 }
 
@@ -488,4 +488,56 @@ func namesInDoc(t *testing.T, path string) map[string][]string {
 		t.Fatal(err)
 	}
 	return found
+}
+
+// TestAdvantageRegistry: the registry refuses a second estimator under a
+// taken name and one without a name or function; GRPO with the batch's std
+// is registered like the rest and is what advantage.scale = "batch" picks;
+// an estimator sees the whole batch.
+func TestAdvantageRegistry(t *testing.T) {
+	for _, name := range AdvantageNames() {
+		if err := RegisterAdvantage(AdvantageEstimator{Name: name, Estimate: PerGroup(RawReward)}); err == nil {
+			t.Errorf("RegisterAdvantage(%q) again: no error", name)
+		}
+	}
+	if err := RegisterAdvantage(AdvantageEstimator{Estimate: PerGroup(RawReward)}); err == nil {
+		t.Error("RegisterAdvantage without a name: no error")
+	}
+	if err := RegisterAdvantage(AdvantageEstimator{Name: "no_function"}); err == nil {
+		t.Error("RegisterAdvantage without a function: no error")
+	}
+	if _, err := LookupAdvantage("no_function"); err == nil {
+		t.Error("a refused estimator was registered")
+	}
+	for _, c := range []struct{ estimator, scale, want string }{
+		{"grpo", "", "grpo"}, {"grpo", ScaleGroup, "grpo"}, {"grpo", ScaleBatch, "grpo_batch"},
+		{"grpo", ScaleNone, "dr_grpo"}, {"rloo", ScaleGroup, "rloo"}, {"rloo", ScaleBatch, ""}, {"grpo", "std", ""},
+	} {
+		e, err := AdvantageFor(c.estimator, c.scale)
+		if (err == nil) != (c.want != "") || (err == nil && e.Name != c.want) {
+			t.Errorf("AdvantageFor(%q, %q) = %q, %v; want %q", c.estimator, c.scale, e.Name, err, c.want)
+		}
+	}
+	// grpo_batch through the registry: the batch's std, each group's mean.
+	e, err := LookupAdvantage("grpo_batch")
+	if err != nil || !e.Batch {
+		t.Fatalf("grpo_batch: %+v, %v", e, err)
+	}
+	r := [][]float64{{0, 0, 0, 1}, {1, 1, 1, 1}, {0.5, -0.5}}
+	a := [][]float64{make([]float64, 4), make([]float64, 4), make([]float64, 2)}
+	e.Estimate(a, r)
+	_, std := MeanStd([]float64{0, 0, 0, 1, 1, 1, 1, 1, 0.5, -0.5})
+	for g := range r {
+		mean, _ := MeanStd(r[g])
+		for i := range r[g] {
+			if want := (r[g][i] - mean) / (std + GRPOEps); math.Abs(a[g][i]-want) > 1e-12 {
+				t.Errorf("grpo_batch A[%d][%d] = %v, want %v", g, i, a[g][i], want)
+			}
+		}
+	}
+	for _, name := range []string{"grpo", "dr_grpo", "rloo", "none"} {
+		if e, _ := LookupAdvantage(name); e.Batch {
+			t.Errorf("%s: marked as needing the batch", name)
+		}
+	}
 }

@@ -261,6 +261,10 @@ var checks = []check{
 
 	oneOf("advantage.estimator", func(c Config) string { return c.Advantage.Estimator }, confclip.AdvantageNames),
 	oneOf("advantage.scale", func(c Config) string { return c.Advantage.Scale }, confclip.ScaleNames),
+	{"advantage.scale", text("a scale other than group only with estimator grpo"), func(c Config) error {
+		_, err := confclip.AdvantageFor(c.Advantage.Estimator, c.Advantage.Scale) // its error names the keys
+		return err
+	}},
 	inRange("advantage.std_filter_beta", func(c Config) float64 { return c.Advantage.StdFilterBeta }, 0, math.MaxFloat64, "want 0 (off) or more"),
 	inRange("advantage.std_filter_ema", func(c Config) float64 { return c.Advantage.StdFilterEMA }, 0, 1, "want a weight from 0 to 1"),
 

@@ -189,7 +189,7 @@ type scorer struct {
 	opts      Options
 	reward    confclip.Reward
 	estimator confclip.ConfidenceEstimator
-	advantage confclip.AdvantageFunc
+	advantage confclip.AdvantageEstimator
 	shaping   confclip.Shaping
 	verifiers map[string]verifiers.Verifier
 	// truncated are the verifiers of completions the length limit cut off
@@ -272,23 +272,15 @@ func newScorer(opts Options) (*scorer, error) {
 	if err := confclip.CheckScope(opts.Confidence.Scope); err != nil {
 		return nil, err
 	}
-	if s.advantage, err = confclip.LookupAdvantage(opts.Advantage.Estimator); err != nil {
+	if s.advantage, err = confclip.AdvantageFor(opts.Advantage.Estimator, opts.Advantage.Scale); err != nil {
 		return nil, err
-	}
-	switch sc := opts.Advantage.Scale; {
-	case sc == "" || sc == confclip.ScaleGroup:
-	case sc != confclip.ScaleBatch && sc != confclip.ScaleNone:
-		return nil, fmt.Errorf("unknown advantage.scale %q (want one of %v)", sc, confclip.ScaleNames())
-	case opts.Advantage.Estimator != "grpo":
-		return nil, fmt.Errorf("advantage.scale %q scales the grpo estimator; advantage.estimator is %q", sc, opts.Advantage.Estimator)
-	case sc == confclip.ScaleNone:
-		s.advantage = confclip.DrGRPO
 	}
 	if err := opts.Shard.Check(); err != nil {
 		return nil, err
 	}
-	if opts.Shard.Enabled() && opts.Advantage.Scale == confclip.ScaleBatch {
-		return nil, fmt.Errorf("advantage.scale %q needs every group's rewards, so it cannot be scored in shards", confclip.ScaleBatch)
+	if opts.Shard.Enabled() && s.advantage.Batch {
+		return nil, fmt.Errorf("advantage estimator %s (advantage.estimator %q, scale %q) needs every group's rewards, so it cannot be scored in shards",
+			s.advantage.Name, opts.Advantage.Estimator, opts.Advantage.Scale)
 	}
 	s.shaping = confclip.Shaping{FormatWeight: rc.FormatWeight, Overlong: rc.Overlong, MaxLen: rc.MaxLen, CacheLen: rc.CacheLen,
 		SelfCertaintyWeight: rc.SelfCertaintyWeight}
@@ -828,33 +820,28 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 				sum.ScopeFallbacks++
 			}
 		}
-		r, a := make([]float64, n), make([]float64, n)
+		r := make([]float64, n)
 		s.reward.Group(r, v, c)
 		s.shaping.Apply(r, format, lengths, certainty)
-		s.advantage(a, r)
+		for j, sr := range g {
+			sr.out.Reward = r[j]
+		}
+		rewards[gi], advs[gi], truncs[gi] = r, make([]float64, n), truncated
+	}
+	// The estimator sees the batch (GRPO with the batch's std needs every
+	// group's rewards).
+	s.advantage.Estimate(advs, rewards)
+	for gi, g := range groups {
 		if o.Advantage.MaskTruncated {
-			confclip.MaskTruncated(a, truncated)
-			for _, t := range truncated {
+			confclip.MaskTruncated(advs[gi], truncs[gi])
+			for _, t := range truncs[gi] {
 				if t {
 					sum.MaskedTruncated++
 				}
 			}
 		}
 		for j, sr := range g {
-			sr.out.Reward, sr.out.Advantage = r[j], a[j]
-		}
-		rewards[gi], advs[gi], truncs[gi] = r, a, truncated
-	}
-	if o.Advantage.Scale == confclip.ScaleBatch {
-		// The batch's std needs every group's rewards: a second pass.
-		confclip.GRPOBatch(advs, rewards)
-		for gi, g := range groups {
-			if o.Advantage.MaskTruncated {
-				confclip.MaskTruncated(advs[gi], truncs[gi])
-			}
-			for j, sr := range g {
-				sr.out.Advantage = advs[gi][j]
-			}
+			sr.out.Advantage = advs[gi][j]
 		}
 	}
 	out := make([]*dataset.Scored, len(recs))
