@@ -222,7 +222,8 @@ test: $(LIBS)
 #                (GOEXPERIMENT=cgocheck2, which rebuilds the standard library
 #                once into the build cache);
 #   lint         golangci-lint (errcheck, govet, staticcheck; .golangci.yml),
-#                a pinned version installed into bin/tools.
+#                a pinned version installed into bin/tools, and at most 5
+#                functions over 80 lines (scripts/longfuncs.go).
 RACE_PKGS     ?= ./server ./verifiers ./dataset ./scoring ./verify ./teacherforce
 # pipeline under -race: the tests of its concurrent parts (the Model's
 # adapter shared with the server's handlers, evaluation, resume); its whole
@@ -252,6 +253,8 @@ $(GOLANGCI_LINT):
 
 lint: $(LIBS) $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
+	@# at most 5 functions over 80 lines
+	$(GO) run scripts/longfuncs.go -fail 5
 
 # deploy/slurm/score-array.sh as a 3-task array on a one-node Slurm cluster
 # that the script starts (and stops) itself, installing slurm-wlm and munge

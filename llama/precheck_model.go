@@ -129,23 +129,8 @@ func checkHparams(h *ggufHeader) error {
 	if n, _ := u32("block_count"); n > llamaMaxLayers {
 		return fmt.Errorf("key %q = %d: llama.cpp loads at most %d layers", key("block_count"), n, llamaMaxLayers)
 	}
-	nExpert, _ := u32("expert_count")
-	nUsed, _ := u32("expert_used_count")
-	nGroups, _ := u32("expert_group_count")
-	nGroupUsed, _ := u32("expert_group_used_count")
-	switch {
-	case nExpert > llamaMaxExperts:
-		return fmt.Errorf("key %q = %d: llama.cpp allows at most %d", key("expert_count"), nExpert, llamaMaxExperts)
-	case nUsed > nExpert:
-		return fmt.Errorf("key %q = %d: more than %q = %d", key("expert_used_count"), nUsed, key("expert_count"), nExpert)
-	case nExpert > 0 && nUsed == 0:
-		return fmt.Errorf("key %q: missing or 0, and %q = %d", key("expert_used_count"), key("expert_count"), nExpert)
-	case nExpert > 0 && nGroups >= nExpert:
-		return fmt.Errorf("key %q = %d: must be less than %q = %d", key("expert_group_count"), nGroups, key("expert_count"), nExpert)
-	case nExpert > 0 && nGroups > 1 && (nExpert%nGroups != 0 || nGroupUsed == 0 || nGroupUsed >= nGroups):
-		return fmt.Errorf("key %q = %d, %q = %d: %q = %d must be a multiple of the groups, and the used groups between 1 and the groups", key("expert_group_count"), nGroups, key("expert_group_used_count"), nGroupUsed, key("expert_count"), nExpert)
-	case nExpert == 0 && nGroups != 0:
-		return fmt.Errorf("key %q = %d without experts", key("expert_group_count"), nGroups)
+	if err := checkExperts(key, u32); err != nil {
+		return err
 	}
 	// The head size and rope dimension follow from the first layer's head
 	// count (hparams.n_head()), as in load_hparams.
@@ -178,6 +163,30 @@ func checkHparams(h *ggufHeader) error {
 		return fmt.Errorf("key %q = %d: llama.cpp's %s graph needs it equal to the key head size %d (and the value head size %d equal too)", key("rope.dimension_count"), nRot, arch, headK, headV)
 	case nRot == 0 || nRot%2 != 0 || nRot > headK:
 		return fmt.Errorf("key %q = %d: must be even, positive and at most the key head size %d", key("rope.dimension_count"), nRot, headK)
+	}
+	return nil
+}
+
+// checkExperts checks a mixture of experts' counts and groups as
+// load_hparams asserts on them.
+func checkExperts(key func(string) string, u32 func(string) (uint64, bool)) error {
+	nExpert, _ := u32("expert_count")
+	nUsed, _ := u32("expert_used_count")
+	nGroups, _ := u32("expert_group_count")
+	nGroupUsed, _ := u32("expert_group_used_count")
+	switch {
+	case nExpert > llamaMaxExperts:
+		return fmt.Errorf("key %q = %d: llama.cpp allows at most %d", key("expert_count"), nExpert, llamaMaxExperts)
+	case nUsed > nExpert:
+		return fmt.Errorf("key %q = %d: more than %q = %d", key("expert_used_count"), nUsed, key("expert_count"), nExpert)
+	case nExpert > 0 && nUsed == 0:
+		return fmt.Errorf("key %q: missing or 0, and %q = %d", key("expert_used_count"), key("expert_count"), nExpert)
+	case nExpert > 0 && nGroups >= nExpert:
+		return fmt.Errorf("key %q = %d: must be less than %q = %d", key("expert_group_count"), nGroups, key("expert_count"), nExpert)
+	case nExpert > 0 && nGroups > 1 && (nExpert%nGroups != 0 || nGroupUsed == 0 || nGroupUsed >= nGroups):
+		return fmt.Errorf("key %q = %d, %q = %d: %q = %d must be a multiple of the groups, and the used groups between 1 and the groups", key("expert_group_count"), nGroups, key("expert_group_used_count"), nGroupUsed, key("expert_count"), nExpert)
+	case nExpert == 0 && nGroups != 0:
+		return fmt.Errorf("key %q = %d without experts", key("expert_group_count"), nGroups)
 	}
 	return nil
 }

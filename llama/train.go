@@ -198,39 +198,12 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 	if c.closed() {
 		return 0, nil, ErrClosed
 	}
-	if len(seqs) == 0 {
-		return 0, nil, errors.New("llama: PGEval of no sequences")
-	}
 	if len(grads) != len(params) {
 		return 0, nil, fmt.Errorf("llama: %d gradient buffers for %d params", len(grads), len(params))
 	}
-	nComp := 0
-	for i, s := range seqs {
-		if s.NPrompt < 1 || len(s.Tokens) <= s.NPrompt {
-			return 0, nil, fmt.Errorf("llama: sequence %d: %d tokens with %d prompt tokens (need a prompt and a completion)", i, len(s.Tokens), s.NPrompt)
-		}
-		if s.TokenWeights != nil && len(s.TokenWeights) != len(s.Tokens)-s.NPrompt {
-			return 0, nil, fmt.Errorf("llama: sequence %d: %d token weights for %d completion tokens", i, len(s.TokenWeights), len(s.Tokens)-s.NPrompt)
-		}
-		if s.EntropyWeights != nil && len(s.EntropyWeights) != len(s.Tokens)-s.NPrompt {
-			return 0, nil, fmt.Errorf("llama: sequence %d: %d entropy weights for %d completion tokens", i, len(s.EntropyWeights), len(s.Tokens)-s.NPrompt)
-		}
-		if t := float64(s.Temperature); t < 0 || math.IsNaN(t) || math.IsInf(t, 0) {
-			return 0, nil, fmt.Errorf("llama: sequence %d: temperature %g, want 0 (for 1) or a positive finite number", i, t)
-		}
-		if s.Shared != 0 {
-			most := 0
-			if i > 0 {
-				most = min(s.NPrompt-1, len(seqs[i-1].Tokens))
-			}
-			if s.Shared < 0 || s.Shared > most {
-				return 0, nil, fmt.Errorf("llama: sequence %d: %d tokens shared with the previous sequence, at most %d", i, s.Shared, most)
-			}
-			if !slices.Equal(s.Tokens[:s.Shared], seqs[i-1].Tokens[:s.Shared]) {
-				return 0, nil, fmt.Errorf("llama: sequence %d: its %d shared tokens differ from the previous sequence's", i, s.Shared)
-			}
-		}
-		nComp += len(s.Tokens) - s.NPrompt
+	nComp, err := checkPGSeqs(seqs)
+	if err != nil {
+		return 0, nil, err
 	}
 	for j, p := range params {
 		// The pass reads and writes the tensor: a call on its owner.
@@ -300,6 +273,44 @@ func (c *Context) PGEval(seqs []PGSeq, params []*Param, grads [][]float32) (loss
 		copy(grads[j], unsafe.Slice((*float32)(unsafe.Pointer(gl[j])), p.Len()))
 	}
 	return float64(closs), logprobs, nil
+}
+
+// checkPGSeqs checks PGEval's sequences before llama.cpp sees them (their
+// prompts and completions, weights, temperatures and shared prefixes) and
+// counts their completion tokens.
+func checkPGSeqs(seqs []PGSeq) (int, error) {
+	if len(seqs) == 0 {
+		return 0, errors.New("llama: PGEval of no sequences")
+	}
+	nComp := 0
+	for i, s := range seqs {
+		if s.NPrompt < 1 || len(s.Tokens) <= s.NPrompt {
+			return 0, fmt.Errorf("llama: sequence %d: %d tokens with %d prompt tokens (need a prompt and a completion)", i, len(s.Tokens), s.NPrompt)
+		}
+		if s.TokenWeights != nil && len(s.TokenWeights) != len(s.Tokens)-s.NPrompt {
+			return 0, fmt.Errorf("llama: sequence %d: %d token weights for %d completion tokens", i, len(s.TokenWeights), len(s.Tokens)-s.NPrompt)
+		}
+		if s.EntropyWeights != nil && len(s.EntropyWeights) != len(s.Tokens)-s.NPrompt {
+			return 0, fmt.Errorf("llama: sequence %d: %d entropy weights for %d completion tokens", i, len(s.EntropyWeights), len(s.Tokens)-s.NPrompt)
+		}
+		if t := float64(s.Temperature); t < 0 || math.IsNaN(t) || math.IsInf(t, 0) {
+			return 0, fmt.Errorf("llama: sequence %d: temperature %g, want 0 (for 1) or a positive finite number", i, t)
+		}
+		if s.Shared != 0 {
+			most := 0
+			if i > 0 {
+				most = min(s.NPrompt-1, len(seqs[i-1].Tokens))
+			}
+			if s.Shared < 0 || s.Shared > most {
+				return 0, fmt.Errorf("llama: sequence %d: %d tokens shared with the previous sequence, at most %d", i, s.Shared, most)
+			}
+			if !slices.Equal(s.Tokens[:s.Shared], seqs[i-1].Tokens[:s.Shared]) {
+				return 0, fmt.Errorf("llama: sequence %d: its %d shared tokens differ from the previous sequence's", i, s.Shared)
+			}
+		}
+		nComp += len(s.Tokens) - s.NPrompt
+	}
+	return nComp, nil
 }
 
 // CanTrain returns nil when PGEval can train the model's architecture, or an

@@ -292,7 +292,7 @@ const (
 // Tensors lists the tensors of a spec's architecture, in file order, with
 // llama.cpp's names (src/llama-arch.cpp) and shapes (src/models/*.cpp).
 func Tensors(s Spec, nVocab int) []Tensor {
-	e, ff, v := int64(s.Embd), int64(s.FF), int64(nVocab)
+	e, v := int64(s.Embd), int64(nVocab)
 	ts := []Tensor{{"token_embd.weight", []int64{e, v}}}
 	if s.Arch == "gemma4" && s.PerLayerEmbd > 0 {
 		p := int64(s.PerLayerEmbd)
@@ -308,89 +308,8 @@ func Tensors(s Spec, nVocab int) []Tensor {
 	for l := 0; l < s.Layers; l++ {
 		b := fmt.Sprintf("blk.%d.", l)
 		add := func(name string, shape ...int64) { ts = append(ts, Tensor{b + name, shape}) }
-		hd := int64(s.headDim(l))
-		q, kv := hd*int64(s.Heads), hd*int64(s.HeadsKV)
-		add("attn_norm.weight", e)
-		if s.Arch == "jais2" {
-			add("attn_norm.bias", e)
-		}
-		switch {
-		case s.Arch == "qwen35" && (l+1)%qwen35Interval != 0: // gated delta net
-			key, val := int64(qwen35State*qwen35KHeads), int64(qwen35State*qwen35VHeads)
-			add("post_attention_norm.weight", e)
-			add("attn_qkv.weight", e, 2*key+val)
-			add("attn_gate.weight", e, val)
-			add("ssm_conv1d.weight", qwen35Conv, 2*key+val)
-			add("ssm_dt.bias", qwen35VHeads)
-			add("ssm_a", qwen35VHeads)
-			add("ssm_beta.weight", e, qwen35VHeads)
-			add("ssm_alpha.weight", e, qwen35VHeads)
-			add("ssm_norm.weight", qwen35State)
-			add("ssm_out.weight", val, e)
-		case s.Arch == "qwen35": // attention with an output gate in Q
-			add("post_attention_norm.weight", e)
-			add("attn_q.weight", e, 2*q)
-			add("attn_k.weight", e, kv)
-			add("attn_v.weight", e, kv)
-			add("attn_output.weight", q, e)
-			add("attn_q_norm.weight", hd)
-			add("attn_k_norm.weight", hd)
-		case s.Arch == "phi3":
-			add("attn_qkv.weight", e, q+2*kv)
-		default:
-			add("attn_q.weight", e, q)
-			add("attn_k.weight", e, kv)
-			add("attn_v.weight", e, kv)
-		}
-		switch s.Arch {
-		case "qwen2", "jais2":
-			add("attn_q.bias", q)
-			add("attn_k.bias", kv)
-			add("attn_v.bias", kv)
-		case "qwen3", "gemma3", "gemma4", "maincoder":
-			add("attn_q_norm.weight", hd)
-			add("attn_k_norm.weight", hd)
-		}
-		if s.Arch != "qwen35" {
-			add("attn_output.weight", q, e)
-		}
-		if s.Arch == "jais2" {
-			add("attn_output.bias", e)
-		}
-		if s.Arch == "gemma2" || s.Arch == "gemma3" || s.Arch == "gemma4" {
-			add("post_attention_norm.weight", e)
-		}
-		if s.Arch == "gemma4" {
-			add("layer_output_scale.weight", 1)
-		}
-		if s.Arch != "qwen35" {
-			add("ffn_norm.weight", e)
-		}
-		if s.Arch == "jais2" {
-			add("ffn_norm.bias", e)
-		}
-		switch s.Arch {
-		case "phi3":
-			add("ffn_up.weight", e, 2*ff) // gate and up, fused
-		case "jais2": // no gate
-			add("ffn_up.weight", e, ff)
-			add("ffn_up.bias", ff)
-		default:
-			add("ffn_gate.weight", e, ff)
-			add("ffn_up.weight", e, ff)
-		}
-		add("ffn_down.weight", ff, e)
-		if s.Arch == "jais2" {
-			add("ffn_down.bias", e)
-		}
-		if s.Arch == "gemma2" || s.Arch == "gemma3" || s.Arch == "gemma4" {
-			add("post_ffw_norm.weight", e)
-		}
-		if s.Arch == "gemma4" && s.PerLayerEmbd > 0 {
-			add("inp_gate.weight", e, int64(s.PerLayerEmbd))
-			add("proj.weight", int64(s.PerLayerEmbd), e)
-			add("post_norm.weight", e)
-		}
+		s.attnTensors(l, add)
+		s.ffnTensors(add)
 	}
 	ts = append(ts, Tensor{"output_norm.weight", []int64{e}})
 	if s.Arch == "jais2" {
@@ -400,6 +319,101 @@ func Tensors(s Spec, nVocab int) []Tensor {
 		return ts
 	}
 	return append(ts, Tensor{"output.weight", []int64{e, v}})
+}
+
+// attnTensors adds layer l's attention tensors (or, in qwen35's linear
+// layers, its gated delta net's).
+func (s Spec) attnTensors(l int, add func(name string, shape ...int64)) {
+	e := int64(s.Embd)
+	hd := int64(s.headDim(l))
+	q, kv := hd*int64(s.Heads), hd*int64(s.HeadsKV)
+	add("attn_norm.weight", e)
+	if s.Arch == "jais2" {
+		add("attn_norm.bias", e)
+	}
+	switch {
+	case s.Arch == "qwen35" && (l+1)%qwen35Interval != 0: // gated delta net
+		key, val := int64(qwen35State*qwen35KHeads), int64(qwen35State*qwen35VHeads)
+		add("post_attention_norm.weight", e)
+		add("attn_qkv.weight", e, 2*key+val)
+		add("attn_gate.weight", e, val)
+		add("ssm_conv1d.weight", qwen35Conv, 2*key+val)
+		add("ssm_dt.bias", qwen35VHeads)
+		add("ssm_a", qwen35VHeads)
+		add("ssm_beta.weight", e, qwen35VHeads)
+		add("ssm_alpha.weight", e, qwen35VHeads)
+		add("ssm_norm.weight", qwen35State)
+		add("ssm_out.weight", val, e)
+	case s.Arch == "qwen35": // attention with an output gate in Q
+		add("post_attention_norm.weight", e)
+		add("attn_q.weight", e, 2*q)
+		add("attn_k.weight", e, kv)
+		add("attn_v.weight", e, kv)
+		add("attn_output.weight", q, e)
+		add("attn_q_norm.weight", hd)
+		add("attn_k_norm.weight", hd)
+	case s.Arch == "phi3":
+		add("attn_qkv.weight", e, q+2*kv)
+	default:
+		add("attn_q.weight", e, q)
+		add("attn_k.weight", e, kv)
+		add("attn_v.weight", e, kv)
+	}
+	switch s.Arch {
+	case "qwen2", "jais2":
+		add("attn_q.bias", q)
+		add("attn_k.bias", kv)
+		add("attn_v.bias", kv)
+	case "qwen3", "gemma3", "gemma4", "maincoder":
+		add("attn_q_norm.weight", hd)
+		add("attn_k_norm.weight", hd)
+	}
+	if s.Arch != "qwen35" {
+		add("attn_output.weight", q, e)
+	}
+	if s.Arch == "jais2" {
+		add("attn_output.bias", e)
+	}
+	if s.Arch == "gemma2" || s.Arch == "gemma3" || s.Arch == "gemma4" {
+		add("post_attention_norm.weight", e)
+	}
+	if s.Arch == "gemma4" {
+		add("layer_output_scale.weight", 1)
+	}
+}
+
+// ffnTensors adds a layer's feed-forward tensors (and gemma4's per-layer
+// input).
+func (s Spec) ffnTensors(add func(name string, shape ...int64)) {
+	e, ff := int64(s.Embd), int64(s.FF)
+	if s.Arch != "qwen35" {
+		add("ffn_norm.weight", e)
+	}
+	if s.Arch == "jais2" {
+		add("ffn_norm.bias", e)
+	}
+	switch s.Arch {
+	case "phi3":
+		add("ffn_up.weight", e, 2*ff) // gate and up, fused
+	case "jais2": // no gate
+		add("ffn_up.weight", e, ff)
+		add("ffn_up.bias", ff)
+	default:
+		add("ffn_gate.weight", e, ff)
+		add("ffn_up.weight", e, ff)
+	}
+	add("ffn_down.weight", ff, e)
+	if s.Arch == "jais2" {
+		add("ffn_down.bias", e)
+	}
+	if s.Arch == "gemma2" || s.Arch == "gemma3" || s.Arch == "gemma4" {
+		add("post_ffw_norm.weight", e)
+	}
+	if s.Arch == "gemma4" && s.PerLayerEmbd > 0 {
+		add("inp_gate.weight", e, int64(s.PerLayerEmbd))
+		add("proj.weight", int64(s.PerLayerEmbd), e)
+		add("post_norm.weight", e)
+	}
 }
 
 // Write generates the model and writes it to path.

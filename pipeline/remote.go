@@ -198,6 +198,17 @@ type remoteRun struct {
 	m   *Model
 }
 
+// report is the step's retries and the workers that sampled a group.
+func (r *remoteRun) report() (retries, workers int) {
+	rep := r.src.Report()
+	for _, w := range rep.Workers {
+		if w.Groups > 0 {
+			workers++
+		}
+	}
+	return rep.Retries, workers
+}
+
 func remoteOf(rem RemoteRollouts, m *Model) *remoteRun {
 	if rem == nil {
 		return nil

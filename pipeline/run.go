@@ -527,15 +527,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	stage("rollout")
 	batch := dataset.StepPrompts(prompts, cfg.Run.PromptsPerStep, cfg.Rollout.Seed, step)
 	rolls := filepath.Join(sdir, "rollouts.jsonl")
-	// Provenance: the adapter the rollouts were sampled with is the state
-	// after the previous step.
-	adapter := filepath.Join(cfg.Run.Out, InitAdapter)
-	if cfg.Model.Adapter != "" {
-		adapter = cfg.Model.Adapter
-	}
-	if step > 1 {
-		adapter = filepath.Join(cfg.Run.Out, fmt.Sprintf("checkpoints/step-%04d/adapter.gguf", step-1))
-	}
+	adapter := stepAdapter(cfg, step)
 	rst, err := stepRollouts(ctx, cfg, step, batch, e, rem, rolls, adapter)
 	if err != nil {
 		return metrics.Step{}, fmt.Errorf("step %d: rollout: %w", step, err)
@@ -545,31 +537,10 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	}
 	t1 := time.Now()
 	stage("scoring")
-	scored := filepath.Join(sdir, "scored.jsonl")
-	so := NewScoreOptions(cfg, rolls, scored)
-	if rem != nil {
-		so.Model = rem.m // records that came without log-probs
-	}
-	if rw, err := confclip.NewReward(cfg.Reward.Method, confclip.DefaultRewardParams); err == nil && rw.AnswerProb && e != nil {
-		// the reference answer after each completion's reasoning, under
-		// the policy that sampled it
-		so.TeacherForce = e.TeacherForce
-	}
-	sum, err := Score(ctx, so)
-	if err != nil {
-		return metrics.Step{}, fmt.Errorf("step %d: score: %w", step, err)
-	}
 	trainSet := filepath.Join(sdir, "train.jsonl")
-	eo, err := NewExportOptions(cfg, scored, trainSet)
+	sum, esum, err := stepScore(ctx, cfg, e, rem, rolls, filepath.Join(sdir, "scored.jsonl"), trainSet, adapter, minStd)
 	if err != nil {
 		return metrics.Step{}, fmt.Errorf("step %d: %w", step, err)
-	}
-	// The step's adapter; the model is not hashed at every step.
-	eo.Format, eo.Model, eo.Adapter = dataset.FormatJSONL, "", adapter
-	eo.MinGroupStd = minStd
-	esum, err := Export(eo)
-	if err != nil {
-		return metrics.Step{}, fmt.Errorf("step %d: export: %w", step, err)
 	}
 	t2 := time.Now()
 	recs, err := dataset.ReadTrainExamples(trainSet)
@@ -583,13 +554,7 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.TokensPerS = rst.TokensPerSecond()
 	row.TeacherForced = sum.TeacherForced
 	if rem != nil {
-		rep := rem.src.Report()
-		row.Retries = rep.Retries
-		for _, w := range rep.Workers {
-			if w.Groups > 0 {
-				row.Workers++
-			}
-		}
+		row.Retries, row.Workers = rem.report()
 	}
 	row.TrainSkipped = 1
 	if len(recs) > 0 {
@@ -612,6 +577,48 @@ func runStep(ctx context.Context, cfg Config, step int, prompts []dataset.Prompt
 	row.TrainS = time.Since(t2).Seconds()
 	row.StepS = time.Since(t0).Seconds()
 	return row, nil
+}
+
+// stepAdapter is the adapter a step's rollouts are sampled with (their
+// provenance): the state after the previous step.
+func stepAdapter(cfg Config, step int) string {
+	switch {
+	case step > 1:
+		return filepath.Join(cfg.Run.Out, fmt.Sprintf("checkpoints/step-%04d/adapter.gguf", step-1))
+	case cfg.Model.Adapter != "":
+		return cfg.Model.Adapter
+	}
+	return filepath.Join(cfg.Run.Out, InitAdapter)
+}
+
+// stepScore scores a step's rollouts into scored and exports its training
+// set to trainSet (groups of a std under minStd left out).
+func stepScore(ctx context.Context, cfg Config, e *rollout.Engine, rem *remoteRun, rolls, scored, trainSet, adapter string, minStd float64) (scoring.Summary, ExportSummary, error) {
+	so := NewScoreOptions(cfg, rolls, scored)
+	if rem != nil {
+		so.Model = rem.m // records that came without log-probs
+	}
+	if rw, err := confclip.NewReward(cfg.Reward.Method, confclip.DefaultRewardParams); err == nil && rw.AnswerProb && e != nil {
+		// the reference answer after each completion's reasoning, under
+		// the policy that sampled it
+		so.TeacherForce = e.TeacherForce
+	}
+	sum, err := Score(ctx, so)
+	if err != nil {
+		return sum, ExportSummary{}, fmt.Errorf("score: %w", err)
+	}
+	eo, err := NewExportOptions(cfg, scored, trainSet)
+	if err != nil {
+		return sum, ExportSummary{}, err
+	}
+	// The step's adapter; the model is not hashed at every step.
+	eo.Format, eo.Model, eo.Adapter = dataset.FormatJSONL, "", adapter
+	eo.MinGroupStd = minStd
+	esum, err := Export(eo)
+	if err != nil {
+		return sum, esum, fmt.Errorf("export: %w", err)
+	}
+	return sum, esum, nil
 }
 
 // stepRollouts samples a step's groups into rolls, on the remote workers

@@ -16,29 +16,13 @@ import (
 	"github.com/confclip/confclip/metrics"
 )
 
-// runFixture writes the tiny generated model and prompts for a task that a
-// random model solves about half the time (the format verifier accepts a
-// completion that starts with a letter from a to m), so that groups have
-// reward spread and the adapter really trains.
+// runFixture is testutil.RunFixture's run, loaded as a user's config is.
 func runFixture(t *testing.T) Config {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := DefaultConfig()
-	cfg.Model.Path = testutil.TinyModel(t, dir)
-	cfg.Model.Ctx = 128
-	cfg.Data.Train = testutil.SayPrompts(t, dir, "train.jsonl", 6)
-	cfg.Data.Eval = testutil.SayPrompts(t, dir, "eval.jsonl", 3)
-	cfg.Verifier.Name = "format"
-	cfg.Verifier.Pattern = `^\s*[a-m]`
-	cfg.Rollout.Group = 4
-	cfg.Rollout.MaxTokens = 6
-	cfg.Train.LR = 2e-2
-	cfg.Train.MicroBatch = 256
-	cfg.Train.LoraRank = 4
-	cfg.Run.Steps = 4
-	cfg.Run.PromptsPerStep = 3
-	cfg.Run.EvalEvery = 2
-	cfg.Run.Out = filepath.Join(dir, "run")
+	cfg, err := LoadConfig(testutil.RunFixture(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return cfg
 }
 

@@ -121,6 +121,45 @@ func (e *Engine) forcedRecord(r *dataset.Rollout) (*forced, error) {
 	return &forced{r: r, toks: toks, np: len(prompt), lp: make([]float64, len(comp)), en: make([]float64, len(comp)), sc: make([]float64, len(comp))}, nil
 }
 
+// forcedOut is a batch row whose logits score a forced token.
+type forcedOut struct {
+	f   *forced
+	i   int // batch index
+	pos int // position whose next token is scored
+}
+
+// scoreForced reads the decoded rows of outs: each forced token's
+// log-prob, the row's entropy and self-certainty. The rows' sums are
+// computed on the decode's threads (as sampleAll's); idx is scratch space,
+// returned for reuse.
+func scoreForced(c *llama.Context, outs []forcedOut, idx []int32) ([]int32, error) {
+	idx = idx[:0]
+	for _, o := range outs {
+		idx = append(idx, int32(o.i))
+	}
+	rows, err := c.LogitRows(idx, nil)
+	if err != nil {
+		return idx, err
+	}
+	for j, o := range outs {
+		logits, err := c.Logits(o.i)
+		if err != nil {
+			return idx, err
+		}
+		k := o.pos + 1 - o.f.np
+		var ch sampler.Choice
+		st, err := rowStats(logits, rows[j])
+		if err == nil {
+			ch, err = sampler.ForcedChoice(logits, o.f.toks[o.pos+1], st)
+		}
+		if err != nil {
+			return idx, fmt.Errorf("prompt %q sample %d, token %d: %w", o.f.r.PromptID, o.f.r.Sample, k+1, err)
+		}
+		o.f.lp[k], o.f.en[k], o.f.sc[k] = ch.LogProb, ch.Entropy, ch.SelfCertainty
+	}
+	return idx, nil
+}
+
 // force runs the records through the model, packing as many sequences into
 // each decode as the batch, the sequence slots and the KV cache allow.
 func (e *Engine) force(ctx context.Context, queue []*forced) error {
@@ -131,13 +170,8 @@ func (e *Engine) force(ctx context.Context, queue []*forced) error {
 	for s := e.o.Parallel - 1; s >= 0; s-- {
 		free = append(free, s)
 	}
-	type out struct {
-		f   *forced
-		i   int // batch index
-		pos int // position whose next token is scored
-	}
 	var inflight []*forced
-	var outs []out
+	var outs []forcedOut
 	var idx []int32
 	used := 0 // KV cells held by the records in flight
 	for len(queue) > 0 || len(inflight) > 0 {
@@ -166,7 +200,7 @@ func (e *Engine) force(ctx context.Context, queue []*forced) error {
 					return err
 				}
 				if scored {
-					outs = append(outs, out{f, i, f.fed})
+					outs = append(outs, forcedOut{f, i, f.fed})
 				}
 				f.fed++
 			}
@@ -177,30 +211,9 @@ func (e *Engine) force(ctx context.Context, queue []*forced) error {
 		if err := c.Decode(b); err != nil {
 			return err
 		}
-		// The rows' sums, on the decode's threads (as sampleAll's).
-		idx = idx[:0]
-		for _, o := range outs {
-			idx = append(idx, int32(o.i))
-		}
-		rows, err := c.LogitRows(idx, nil)
-		if err != nil {
+		var err error
+		if idx, err = scoreForced(c, outs, idx); err != nil {
 			return err
-		}
-		for j, o := range outs {
-			logits, err := c.Logits(o.i)
-			if err != nil {
-				return err
-			}
-			k := o.pos + 1 - o.f.np
-			var ch sampler.Choice
-			st, err := rowStats(logits, rows[j])
-			if err == nil {
-				ch, err = sampler.ForcedChoice(logits, o.f.toks[o.pos+1], st)
-			}
-			if err != nil {
-				return fmt.Errorf("prompt %q sample %d, token %d: %w", o.f.r.PromptID, o.f.r.Sample, k+1, err)
-			}
-			o.f.lp[k], o.f.en[k], o.f.sc[k] = ch.LogProb, ch.Entropy, ch.SelfCertainty
 		}
 		kept := inflight[:0]
 		for _, f := range inflight {

@@ -789,30 +789,10 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 			sr.out = sc
 			scored[gi] = append(scored[gi], sc)
 			v[j], format[j] = sc.VerifierResult.Score, sr.format
-			c[j] = sc.Confidence
-			if s.reward.Stated {
-				c[j] = math.NaN() // RLCRMissing, unless it states one
-				if q, ok := confclip.StatedConfidence(sr.rec.Text); ok {
-					c[j], sc.StatedConfidence = q, &q
-				}
-			}
-			if s.reward.AnswerProb {
-				p := confclip.DebiasAnswerProb(sr.answerP, sr.answerBase)
-				if sr.result.Start < 0 {
-					// No answer stated: 0. Forcing the reference after the
-					// whole text rewarded completions that lead up to the
-					// answer without giving it, and a policy learned to
-					// write "The answer is N." (docs/method.md).
-					p = 0
-				}
-				c[j], sc.AnswerProb, sc.AnswerProbBase = p, &sr.answerP, &sr.answerBase
-			}
 			if certainty != nil {
-				k := confclip.SelfCertainty(sr.rec.SelfCertainties)
-				certainty[j], sc.SelfCertainty = k, &k
-				if s.reward.SelfCertainty {
-					c[j] = k
-				}
+				c[j], certainty[j] = s.rewardInput(sr, sc, true)
+			} else {
+				c[j], _ = s.rewardInput(sr, sc, false)
 			}
 			lengths[j] = tokenCount(&sr.rec)
 			truncated[j] = sr.rec.Finish == dataset.FinishLength
@@ -852,6 +832,41 @@ func (s *scorer) score(recs []*scoreRecord, groups [][]*scoreRecord) ([]*dataset
 	sum.SetStats(s.reward.Name, s.estimator.NeedsEntropies, scored)
 	sum.Skipped = s.skipped
 	return out, sum
+}
+
+// rewardInput is what the reward reads of a scored record beside its
+// verdict: c, the estimator's confidence, or what the method puts in its
+// place (rlcr: the stated confidence; answer_prob: the debiased answer
+// probability; self_certainty: the self-certainty), and, with certainty,
+// the self-certainty k. It records them on sc.
+func (s *scorer) rewardInput(sr *scoreRecord, sc *dataset.Scored, certainty bool) (c, k float64) {
+	c = sc.Confidence
+	if s.reward.Stated {
+		c = math.NaN() // RLCRMissing, unless it states one
+		if q, ok := confclip.StatedConfidence(sr.rec.Text); ok {
+			c, sc.StatedConfidence = q, &q
+		}
+	}
+	if s.reward.AnswerProb {
+		c = confclip.DebiasAnswerProb(sr.answerP, sr.answerBase)
+		if sr.result.Start < 0 {
+			// No answer stated: 0. Forcing the reference after the whole
+			// text rewarded completions that lead up to the answer
+			// without giving it, and a policy learned to write "The
+			// answer is N." (docs/method.md).
+			c = 0
+		}
+		sc.AnswerProb, sc.AnswerProbBase = &sr.answerP, &sr.answerBase
+	}
+	if certainty {
+		k = confclip.SelfCertainty(sr.rec.SelfCertainties)
+		kc := k
+		sc.SelfCertainty = &kc
+		if s.reward.SelfCertainty {
+			c = k
+		}
+	}
+	return c, k
 }
 
 // scored builds a record's output with its verdict and confidence.

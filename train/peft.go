@@ -188,27 +188,8 @@ func ExportPEFT(m *llama.Model, adapterPath, dir, baseModel string) (PEFTSummary
 	sum.Tensors = len(tensors)
 	cfg := PEFTConfig{PeftType: "LORA", TaskType: "CAUSAL_LM", BaseModel: cmp.Or(baseModel, BaseModelName(m)), LoraAlpha: alpha,
 		Bias: "none", InitLoraWeights: true, InferenceMode: true, RankPattern: map[string]int{}, AlphaPattern: map[string]float64{}}
-	// The most common rank is r; others go to rank_pattern, as PEFT does.
-	count := map[int]int{}
-	for _, r := range ranks {
-		count[r]++
-	}
-	for r, n := range count {
-		if n > count[cfg.R] || n == count[cfg.R] && r < cfg.R {
-			cfg.R = r
-		}
-	}
-	for path, r := range ranks {
-		if r != cfg.R {
-			cfg.RankPattern[path] = r
-		}
-	}
-	if alpha == 0 {
-		// llama.cpp applies scale 1 when alpha is absent: alpha = r does too.
-		cfg.LoraAlpha = float64(cfg.R)
-		if len(cfg.RankPattern) > 0 {
-			return sum, fmt.Errorf("%s: no alpha and ranks that differ: PEFT cannot express llama.cpp's scale 1 for each", adapterPath)
-		}
+	if err := cfg.setRanks(ranks, alpha); err != nil {
+		return sum, fmt.Errorf("%s: %w", adapterPath, err)
 	}
 	for t := range targets {
 		cfg.TargetModules = append(cfg.TargetModules, t)
@@ -227,6 +208,34 @@ func ExportPEFT(m *llama.Model, adapterPath, dir, baseModel string) (PEFTSummary
 		return sum, err
 	}
 	return sum, atomicfile.WriteBytes(filepath.Join(dir, PEFTConfigFile), append(b, '\n'))
+}
+
+// setRanks sets r, rank_pattern and lora_alpha from each module's rank
+// (HF module path, no prefix) and the adapter's alpha (0: absent). The most
+// common rank is r; others go to rank_pattern, as PEFT does.
+func (cfg *PEFTConfig) setRanks(ranks map[string]int, alpha float64) error {
+	count := map[int]int{}
+	for _, r := range ranks {
+		count[r]++
+	}
+	for r, n := range count {
+		if n > count[cfg.R] || n == count[cfg.R] && r < cfg.R {
+			cfg.R = r
+		}
+	}
+	for path, r := range ranks {
+		if r != cfg.R {
+			cfg.RankPattern[path] = r
+		}
+	}
+	if alpha == 0 {
+		// llama.cpp applies scale 1 when alpha is absent: alpha = r does too.
+		cfg.LoraAlpha = float64(cfg.R)
+		if len(cfg.RankPattern) > 0 {
+			return errors.New("no alpha and ranks that differ: PEFT cannot express llama.cpp's scale 1 for each")
+		}
+	}
+	return nil
 }
 
 // ImportPEFT converts a PEFT LoRA adapter folder for the model into

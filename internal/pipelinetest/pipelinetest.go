@@ -1,11 +1,10 @@
 // Package pipelinetest holds the fixtures of the tests of the packages built
 // on pipeline (experiments, shard/merge): the tiny generated model with a
-// prompt file, and a short run's configuration. pipeline's own tests keep
-// their copies, since they cannot import a package that imports pipeline.
+// prompt file, and a short run's configuration (testutil.RunFixture, which
+// pipeline's own tests load too).
 package pipelinetest
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/confclip/confclip/internal/testutil"
@@ -40,28 +39,13 @@ func Open(t *testing.T, cfg pipeline.Config) *pipeline.Model {
 	return m
 }
 
-// RunFixture writes the tiny generated model and prompts for a task that a
-// random model solves about half the time (the format verifier accepts a
-// completion that starts with a letter from a to m), so that groups have
-// reward spread and the adapter really trains.
+// RunFixture is testutil.RunFixture's run (the fixture pipeline's own
+// tests load too), loaded as a user's config is.
 func RunFixture(t *testing.T) pipeline.Config {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := pipeline.DefaultConfig()
-	cfg.Model.Path = testutil.TinyModel(t, dir)
-	cfg.Model.Ctx = 128
-	cfg.Data.Train = testutil.SayPrompts(t, dir, "train.jsonl", 6)
-	cfg.Data.Eval = testutil.SayPrompts(t, dir, "eval.jsonl", 3)
-	cfg.Verifier.Name = "format"
-	cfg.Verifier.Pattern = `^\s*[a-m]`
-	cfg.Rollout.Group = 4
-	cfg.Rollout.MaxTokens = 6
-	cfg.Train.LR = 2e-2
-	cfg.Train.MicroBatch = 256
-	cfg.Train.LoraRank = 4
-	cfg.Run.Steps = 4
-	cfg.Run.PromptsPerStep = 3
-	cfg.Run.EvalEvery = 2
-	cfg.Run.Out = filepath.Join(dir, "run")
+	cfg, err := pipeline.LoadConfig(testutil.RunFixture(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	return cfg
 }

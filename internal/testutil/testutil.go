@@ -206,3 +206,25 @@ func RewriteMarked(path, name, text string) error {
 	}
 	return atomicfile.WriteBytes(path, []byte(s[:i+len(begin)]+text+s[j:]))
 }
+
+// RunFixture writes the tiny generated model, prompts for a task that a
+// random model solves about half the time (the format verifier accepts a
+// completion that starts with a letter from a to m, so that groups have
+// reward spread and the adapter really trains) and a short run's settings
+// as a config file, and returns the file's path: pipeline's tests and those
+// of the packages built on it (through pipelinetest) load the same fixture
+// with pipeline.LoadConfig, since pipeline's cannot import a package that
+// imports pipeline.
+func RunFixture(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	model := TinyModel(t, dir)
+	train, eval := SayPrompts(t, dir, "train.jsonl", 6), SayPrompts(t, dir, "eval.jsonl", 3)
+	return WriteLines(t, dir, "run.toml",
+		"[model]", fmt.Sprintf("path = %q", model), "ctx = 128",
+		"[data]", fmt.Sprintf("train = %q", train), fmt.Sprintf("eval = %q", eval),
+		"[verifier]", `name = "format"`, `pattern = '^\s*[a-m]'`,
+		"[rollout]", "group = 4", "max_tokens = 6",
+		"[train]", "lr = 2e-2", "micro_batch = 256", "lora_rank = 4",
+		"[run]", "steps = 4", "prompts_per_step = 3", "eval_every = 2", fmt.Sprintf("out = %q", filepath.Join(dir, "run")))
+}
