@@ -483,8 +483,10 @@ experiment-real: bin/confclip real-models
 	./bin/confclip experiment examples/experiment-gemma.toml
 
 # The confidence rewards on SmolLM2-135M-Instruct (docs/experiment.md): the
-# demo's task asking for a stated confidence too, binary GRPO, RLCR and
-# RLPR's answer probability, 4 seeds (examples/experiment-smollm2-confidence.toml).
+# demo's task asking for a stated confidence too; binary GRPO, ConfClip GRPO,
+# self-certainty, ConfClip plus self-certainty, RLCR, binary GRPO with the
+# entropy term and RLPR's answer probability, 4 seeds
+# (examples/experiment-smollm2-confidence.toml; about 3 hours on 2 cores).
 RLCR_SYSTEM := $(DEMO_REAL_SYSTEM) Then say how sure you are that N is right as <confidence>P</confidence>, with P a number from 0 to 1.
 experiment-confidence-real: bin/confclip real-models
 	@mkdir -p $(DEMO_REAL)

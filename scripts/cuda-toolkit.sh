@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=build/cuda-13.0
-stamp=ee8722c1f014
+stamp=ee8722c1f014-mtime
 if [ -f "$root/.stamp" ] && [ "$(cat "$root/.stamp")" = "$stamp" ]; then
   echo "$PWD/$root"
   exit 0
@@ -39,6 +39,11 @@ python3 -m pip download -q --disable-pip-version-check --no-deps --require-hashe
 for w in "$root.tmp"/wheels/*.whl; do
   python3 -m zipfile -e "$w" "$root.tmp/unpacked" >&2
 done
+# One fixed time on every file: zipfile stamps them with the time of
+# unpacking, and ccache (compiler_check = mtime) keys every CUDA object on
+# nvcc's time, so a toolkit laid down again (a new clone in CI) would miss
+# the whole cache.
+find "$root.tmp/unpacked/nvidia/cu13" -exec touch -h -d '2025-08-01 00:00:00 UTC' {} +
 mv "$root.tmp/unpacked/nvidia/cu13" "$root"
 chmod +x "$root"/bin/* "$root"/nvvm/bin/*
 ln -sfn lib "$root/lib64"
