@@ -14,7 +14,8 @@ import (
 )
 
 // TestClosedHandles: every method of a closed handle returns ErrClosed (or
-// a zero value) instead of passing a freed pointer to C; Close twice is fine.
+// a zero value) instead of passing a freed pointer to C; a second Close of a
+// model or context returns ErrClosed, of a batch nil.
 func TestClosedHandles(t *testing.T) {
 	m, err := llama.LoadModel(tinyPath, llama.ModelParams{})
 	if err != nil {
