@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confclip/confclip/internal/pipelinetest"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
+	"github.com/confclip/confclip/testkit/pipelinetest"
 )
 
 // experimentFixture is runFixture's model and data as a two-arm, one-seed

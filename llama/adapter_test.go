@@ -12,7 +12,7 @@ import (
 func TestAdapterChangeTakesEffect(t *testing.T) {
 	m := loadTiny(t)
 	path := filepath.Join(t.TempDir(), "lora.gguf")
-	if err := train.CreateLoRA(m, path, train.LoRAConfig{Rank: 2, Alpha: 4, Seed: 1}); err != nil {
+	if err := train.CreateLoRA(m, path, train.Config{LoraRank: 2, LoraAlpha: 4, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := llama.LoadAdapter(m, path)
@@ -70,7 +70,7 @@ func TestAdapterChangeTakesEffect(t *testing.T) {
 func TestAdapterForWrongModel(t *testing.T) {
 	m := loadTiny(t)
 	path := filepath.Join(t.TempDir(), "lora.gguf")
-	if err := train.CreateLoRA(m, path, train.LoRAConfig{Rank: 2, Alpha: 4}); err != nil {
+	if err := train.CreateLoRA(m, path, train.Config{LoraRank: 2, LoraAlpha: 4}); err != nil {
 		t.Fatal(err)
 	}
 	dir := sharedModels(t)

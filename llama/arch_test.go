@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // decodeGoldenPaths hold the logits of normal decoding (with the KV cache)

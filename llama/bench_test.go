@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // goGreedy is the Go side of the comparison: the same llama.cpp calls as

@@ -660,7 +660,10 @@ func (a *Adapter) Close() error {
 	if a == nil || a.r == nil {
 		return ErrClosed
 	}
-	if err := a.inUse(); err != nil {
+	lifeMu.Lock()
+	err := a.inUseLocked()
+	lifeMu.Unlock()
+	if err != nil {
 		return err
 	}
 	if !a.r.life.close() {
@@ -668,20 +671,19 @@ func (a *Adapter) Close() error {
 	}
 	lifeMu.Lock()
 	defer lifeMu.Unlock()
-	if len(a.r.users) > 0 {
+	if err := a.inUseLocked(); err != nil {
 		// set on a context while Close waited for a call
 		a.r.life.reopen()
-		return fmt.Errorf("%w: %s on %d context(s)", ErrAdapterInUse, a.path, len(a.r.users))
+		return err
 	}
 	a.cleanup.Stop()
 	a.r.free()
 	return nil
 }
 
-// inUse is ErrAdapterInUse (wrapped) while the adapter is set on a context.
-func (a *Adapter) inUse() error {
-	lifeMu.Lock()
-	defer lifeMu.Unlock()
+// inUseLocked is ErrAdapterInUse (wrapped) while the adapter is set on a
+// context; lifeMu is held.
+func (a *Adapter) inUseLocked() error {
 	if n := len(a.r.users); n > 0 {
 		return fmt.Errorf("%w: %s on %d context(s)", ErrAdapterInUse, a.path, n)
 	}

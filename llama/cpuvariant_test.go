@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // variantRun is what a child process of TestCPUVariantsAgree reports.

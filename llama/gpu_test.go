@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/testkit/testutil"
 	"github.com/confclip/confclip/train"
 )
 
@@ -225,7 +225,7 @@ func writeTinyAdapter(t *testing.T, m *llama.Model) string {
 	t.Helper()
 	dir := t.TempDir()
 	fresh := filepath.Join(dir, "fresh.gguf")
-	if err := train.CreateLoRA(m, fresh, train.LoRAConfig{Rank: 4, Alpha: 8, Seed: 5}); err != nil {
+	if err := train.CreateLoRA(m, fresh, train.Config{LoraRank: 4, LoraAlpha: 8, Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := llama.LoadAdapter(m, fresh)

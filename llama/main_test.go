@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // tinyPath is the generated test model, written once per test binary.

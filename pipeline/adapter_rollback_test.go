@@ -24,7 +24,7 @@ func writeAdapter(t *testing.T, cfg Config, seed uint64) string {
 	defer m.Close()
 	dir := t.TempDir()
 	fresh := filepath.Join(dir, "fresh.gguf")
-	if err := train.CreateLoRA(m, fresh, train.LoRAConfig{Rank: 2, Alpha: 4, Seed: seed}); err != nil {
+	if err := train.CreateLoRA(m, fresh, train.Config{LoraRank: 2, LoraAlpha: 4, Seed: seed}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := llama.LoadAdapter(m, fresh)

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // apiFixture writes the tiny generated model and a prompt file whose lines
@@ -244,11 +244,11 @@ func sameRollouts(t *testing.T, a, b []byte) {
 func TestTopPZeroIsGreedy(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Rollout.TopP = 0
-	if s := EngineOptions(cfg).Sampling; s.TopK != 1 || s.TopP != 1 {
+	if s := EngineOptions(cfg).Params; s.TopK != 1 || s.TopP != 1 {
 		t.Fatalf("top_p 0: sampler %+v, want top_k 1", s)
 	}
 	cfg.Rollout.TopP = 0.9
-	if s := EngineOptions(cfg).Sampling; s.TopK != 0 || s.TopP != 0.9 {
+	if s := EngineOptions(cfg).Params; s.TopK != 0 || s.TopP != 0.9 {
 		t.Fatalf("top_p 0.9: sampler %+v", s)
 	}
 }

@@ -14,20 +14,27 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+	"github.com/confclip/confclip/internal/settings"
+	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/scoring"
+	"github.com/confclip/confclip/train"
+	"github.com/confclip/confclip/verifiers"
 )
 
 // Config is the whole TOML configuration. Every command reads the tables it
-// needs; flags given on the command line win over the file.
+// needs; flags given on the command line win over the file. A table a
+// package owns is that package's type, with its toml tags, its defaults and
+// its checks (rollout.Options, verifiers.Config, train.Config, scoring's);
+// pipeline's own tables are below.
 type Config struct {
 	Model      ModelConfig              `toml:"model"`
 	Data       DataConfig               `toml:"data"`
-	Rollout    RolloutConfig            `toml:"rollout"`
-	Verifier   scoring.VerifierConfig   `toml:"verifier"`
+	Rollout    rollout.Options          `toml:"rollout"`
+	Verifier   verifiers.Config         `toml:"verifier"`
 	Confidence scoring.ConfidenceConfig `toml:"confidence"`
 	Reward     scoring.RewardConfig     `toml:"reward"`
 	Advantage  scoring.AdvantageConfig  `toml:"advantage"`
-	Train      TrainConfig              `toml:"train"`
+	Train      train.Config             `toml:"train"`
 	Run        RunConfig                `toml:"run"`
 	Experiment ExperimentConfig         `toml:"experiment"`
 }
@@ -54,49 +61,6 @@ type DataConfig struct {
 	// Map names the prompt fields of a file of another shape, as --map
 	// does: "prompt=question,answer=solution:boxed" (dataset.ParseFieldMap).
 	Map string `toml:"map"`
-}
-
-// RolloutConfig is the sampling setup.
-type RolloutConfig struct {
-	Group       int      `toml:"group"`       // completions per prompt (G)
-	MaxTokens   int      `toml:"max_tokens"`  // completion length limit; 0 = the context left after the prompt
-	Temperature float64  `toml:"temperature"` // sampling temperature
-	TopP        float64  `toml:"top_p"`       // nucleus; 1 = off
-	TopK        int      `toml:"top_k"`       // 0 = off
-	MinP        float64  `toml:"min_p"`       // 0 = off
-	Seed        uint64   `toml:"seed"`        // base seed
-	Parallel    int      `toml:"parallel"`    // sequences in flight
-	Chat        bool     `toml:"chat"`        // render prompts with the chat template
-	Stop        []string `toml:"stop"`        // stop strings
-	// Endpoints, when set, are the rollout workers of `run`
-	// ("http://host:port/v1"): OpenAI-compatible servers, confclip serve
-	// for adapter uploads (docs/scale.md).
-	Endpoints []string `toml:"endpoints"`
-}
-
-// TrainConfig is the policy-gradient step.
-type TrainConfig struct {
-	LoraRank    int      `toml:"lora_rank"`
-	LoraAlpha   float64  `toml:"lora_alpha"`
-	Targets     []string `toml:"targets"` // attn_q, attn_k, attn_v, attn_qkv, attn_output, ffn_gate, ffn_up, ffn_down
-	LR          float64  `toml:"lr"`
-	Beta1       float64  `toml:"beta1"`
-	Beta2       float64  `toml:"beta2"`
-	Eps         float64  `toml:"eps"`
-	WeightDecay float64  `toml:"weight_decay"`
-	GradClip    float64  `toml:"grad_clip"`
-	LossAgg     string   `toml:"loss_agg"`     // token_mean, seq_mean_token_mean, seq_mean_token_sum_norm (or grpo, bnpo, dr_grpo, dapo)
-	Iterations  int      `toml:"iterations"`   // updates per batch (mu)
-	Epsilon     float64  `toml:"epsilon"`      // ratio clip below: 1 - epsilon
-	EpsilonHigh float64  `toml:"epsilon_high"` // ratio clip above: 1 + epsilon_high (0 = epsilon)
-	Beta        float64  `toml:"beta"`         // weight of the k3 KL to the model without the adapter
-	EntropyCoef float64  `toml:"entropy_coef"` // weight of the completion tokens' entropy, subtracted from the loss (a bonus; < 0 a penalty)
-	Temperature float64  `toml:"temperature"`  // the loss's log-probs are of softmax(logits / temperature); 1 = the model's own
-	Schedule    string   `toml:"schedule"`     // constant, linear, cosine
-	WarmupSteps int      `toml:"warmup_steps"` // updates of linear warm-up
-	MicroBatch  int      `toml:"micro_batch"`  // tokens packed into one forward-backward pass (its memory); 0 = sized from memory
-	Memory      string   `toml:"memory"`       // what a pass's activations may take, "2GiB"; "" = a quarter of the free memory
-	Seed        uint64   `toml:"seed"`
 }
 
 // RunConfig is the schedule of `confclip run`.
@@ -126,14 +90,12 @@ type ExperimentConfig struct {
 func DefaultConfig() Config {
 	return Config{
 		Model:      ModelConfig{Ctx: 2048},
-		Rollout:    RolloutConfig{Group: 8, MaxTokens: 0, Temperature: 1, TopP: 1},
-		Verifier:   scoring.VerifierConfig{Name: "math", TimeoutMS: 2000, MaxBytes: 64 << 10, RelTol: 1e-6, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10},
+		Rollout:    rollout.DefaultOptions(),
+		Verifier:   verifiers.DefaultConfig(),
 		Confidence: scoring.ConfidenceConfig{Estimator: "geo_mean", Scope: "completion"},
 		Reward:     scoring.RewardConfig{Method: "confclip", Weight: "absolute", Lo: 0.2, Hi: 0.95, Eps: 0.2, Lambda: 1},
 		Advantage:  scoring.AdvantageConfig{Estimator: "grpo", Scale: "group", StdFilterEMA: 0.99},
-		Train: TrainConfig{LoraRank: 8, LoraAlpha: 16, LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
-			GradClip: 1, LossAgg: "token_mean", Iterations: 1, Epsilon: 0.2, Schedule: "constant", Temperature: 1,
-			Targets: []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}},
+		Train:      train.DefaultConfig(),
 		Run:        RunConfig{Steps: 10, PromptsPerStep: 8, EvalEvery: 5, Out: "runs/run"},
 		Experiment: ExperimentConfig{Arms: []string{"binary_grpo", "confclip_grpo", "confclip_dr_grpo"}, Seeds: []uint64{1, 2, 3}, PretrainSteps: 800, PretrainBatch: 16, PretrainLR: 3e-3},
 	}
@@ -156,7 +118,7 @@ func LoadConfig(path string) (Config, error) {
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))
 		for i, k := range und {
-			keys[i] = k.String() + didYouMean(k.String(), configKeyNames())
+			keys[i] = k.String() + settings.DidYouMean(k.String(), configKeyNames())
 		}
 		sort.Strings(keys)
 		return cfg, configError{fmt.Errorf("%s: unknown key %s", path, strings.Join(keys, ", "))}

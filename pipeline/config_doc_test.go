@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
+	"github.com/confclip/confclip/internal/settings"
 )
 
 // The config reference, docs/config.md, has one table row per key:
@@ -34,25 +35,9 @@ type configKey struct {
 // configKeys walks Config by reflection through its toml tags.
 func configKeys() []configKey {
 	var keys []configKey
-	var walk func(prefix string, v reflect.Value)
-	walk = func(prefix string, v reflect.Value) {
-		for i := range v.NumField() {
-			f := v.Type().Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-			if name == "" {
-				name = f.Name
-			}
-			if prefix != "" {
-				name = prefix + "." + name
-			}
-			if fv := v.Field(i); fv.Kind() == reflect.Struct {
-				walk(name, fv)
-			} else {
-				keys = append(keys, configKey{name, fv})
-			}
-		}
+	for _, k := range settings.Keys(DefaultConfig()) {
+		keys = append(keys, configKey{k.Name, k.Value})
 	}
-	walk("", reflect.ValueOf(DefaultConfig()))
 	return keys
 }
 
@@ -254,8 +239,8 @@ func TestCheckedValuesDoc(t *testing.T) {
 		known[k.name] = true
 	}
 	for _, ck := range checks {
-		if !known[ck.key] {
-			t.Errorf("Validate checks %q, which is no key of Config", ck.key)
+		if !known[ck.Key] {
+			t.Errorf("Validate checks %q, which is no key of Config", ck.Key)
 		}
 	}
 }

@@ -15,20 +15,17 @@ import (
 	"github.com/confclip/confclip/shard"
 )
 
-// EngineOptions maps the [rollout] and [model] tables onto the rollout
-// engine's options.
+// EngineOptions is the [rollout] table (the engine's own options) with
+// the [model] keys the engine reads: the chat template, the context and
+// the threads. A top_p of 0, which Validate refuses in a file, keeps only
+// the most likely token, as in llama.cpp (the sampler's own 0 means off).
 func EngineOptions(cfg Config) rollout.Options {
-	r := cfg.Rollout
-	s := sampler.Params{Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, MinP: r.MinP}
-	if r.TopP == 0 {
-		// As in llama.cpp: top_p 0 keeps only the most likely token.
-		s.TopP, s.TopK = 1, 1
+	o := cfg.Rollout
+	o.ChatTemplate, o.SeqCtx, o.Threads = cfg.Model.ChatTemplate, cfg.Model.Ctx, cfg.Model.Threads
+	if o.TopP == 0 {
+		o.TopP, o.TopK = 1, 1
 	}
-	return rollout.Options{
-		Group: r.Group, MaxTokens: r.MaxTokens, Seed: r.Seed, Parallel: r.Parallel, Stop: r.Stop, Chat: r.Chat,
-		ChatTemplate: cfg.Model.ChatTemplate, Sampling: s,
-		SeqCtx: cfg.Model.Ctx, Threads: cfg.Model.Threads,
-	}
+	return o
 }
 
 // GreedyOptions are the engine options of a greedy evaluation: one
@@ -37,7 +34,7 @@ func EngineOptions(cfg Config) rollout.Options {
 func GreedyOptions(cfg Config) rollout.Options {
 	o := EngineOptions(cfg)
 	o.Group = 1
-	o.Sampling = sampler.Params{Temperature: 0}
+	o.Params = sampler.Params{Temperature: 0}
 	o.Parallel = max(cfg.Rollout.Parallel, 16)
 	return o
 }

@@ -244,7 +244,7 @@ func (r *runner) openModel() error {
 	case cfg.Model.Adapter != "":
 		adapterPath = cfg.Model.Adapter
 	default:
-		if err := train.CreateLoRA(h.llm, adapterPath, LoRAConfig(cfg)); err != nil {
+		if err := train.CreateLoRA(h.llm, adapterPath, cfg.Train); err != nil {
 			return err
 		}
 		crashpoint.At("init-adapter-written")
@@ -255,7 +255,7 @@ func (r *runner) openModel() error {
 // openTrainer makes the adapter's trainer, with the checkpoint's
 // optimiser state when resuming.
 func (r *runner) openTrainer() error {
-	tr, err := train.NewLoRATrainer(r.h.llm, r.h.adapter, TrainerConfig(r.cfg))
+	tr, err := train.NewLoRATrainer(r.h.llm, r.h.adapter, trainerConfig(r.cfg))
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/metrics"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // runFixture is testutil.RunFixture's run, loaded as a user's config is.

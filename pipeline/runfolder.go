@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"sort"
 
 	"github.com/BurntSushi/toml"
 	"github.com/confclip/confclip/dataset"
+	"github.com/confclip/confclip/internal/settings"
 	"github.com/confclip/confclip/metrics"
 )
 
@@ -86,12 +86,8 @@ func flatConfig(cfg Config) (map[string]string, error) {
 // configKeyNames lists every key of Config as "table.key", for suggestions.
 func configKeyNames() []string {
 	var out []string
-	t := reflect.TypeOf(Config{})
-	for i := range t.NumField() {
-		table := t.Field(i)
-		for j := range table.Type.NumField() {
-			out = append(out, table.Tag.Get("toml")+"."+table.Type.Field(j).Tag.Get("toml"))
-		}
+	for _, k := range settings.Keys(Config{}) {
+		out = append(out, k.Name)
 	}
 	return out
 }

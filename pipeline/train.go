@@ -16,25 +16,13 @@ import (
 	"github.com/confclip/confclip/train"
 )
 
-// TrainerConfig maps the [train] table (and the rollout's max tokens, which
-// seq_mean_token_sum_norm needs) onto the trainer's settings.
-func TrainerConfig(cfg Config) train.Config {
+// trainerConfig is the [train] table with what the trainer takes from
+// the other tables: the rollout's max tokens (seq_mean_token_sum_norm), the
+// threads, and the updates a run makes (the schedule's length).
+func trainerConfig(cfg Config) train.Config {
 	t := cfg.Train
-	return train.Config{LR: t.LR, Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay,
-		GradClip: t.GradClip, LossAgg: t.LossAgg, MaxTokens: maxCompletion(cfg),
-		MicroBatchTokens: t.MicroBatch, MemoryBytes: memoryBytes(t.Memory), Threads: cfg.Model.Threads,
-		Iterations: t.Iterations, EpsLow: t.Epsilon, EpsHigh: t.EpsilonHigh, Beta: t.Beta, EntropyCoef: t.EntropyCoef, Temperature: t.Temperature,
-		Schedule: t.Schedule, WarmupSteps: t.WarmupSteps, TotalSteps: cfg.Run.Steps * max(t.Iterations, 1)}
-}
-
-// memoryBytes is train.memory in bytes (Validate refuses a bad one; 0
-// here, the default, if one gets through).
-func memoryBytes(s string) int64 {
-	n, err := train.ParseBytes(s)
-	if err != nil {
-		return 0
-	}
-	return n
+	t.MaxTokens, t.Threads, t.TotalSteps = maxCompletion(cfg), cfg.Model.Threads, cfg.Run.Steps*max(t.Iterations, 1)
+	return t
 }
 
 // maxCompletion is the longest a completion can be: rollout.max_tokens, or
@@ -44,11 +32,6 @@ func maxCompletion(cfg Config) int {
 		return cfg.Rollout.MaxTokens
 	}
 	return cfg.Model.Ctx
-}
-
-// LoRAConfig maps the [train] table onto a new adapter's settings.
-func LoRAConfig(cfg Config) train.LoRAConfig {
-	return train.LoRAConfig{Rank: cfg.Train.LoraRank, Alpha: cfg.Train.LoraAlpha, Targets: cfg.Train.Targets, Seed: cfg.Train.Seed}
 }
 
 // TrainOptions says what `confclip train` does.
@@ -184,7 +167,7 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 	if err := h.LoadAdapter(in); err != nil {
 		return sum, err
 	}
-	tcfg := TrainerConfig(cfg)
+	tcfg := trainerConfig(cfg)
 	tcfg.Profile = o.Profile != nil
 	tr, err := train.NewLoRATrainer(h.llm, h.adapter, tcfg)
 	if err != nil {
@@ -225,7 +208,7 @@ func Train(ctx context.Context, o TrainOptions) (TrainSummary, error) {
 		return sum, err
 	}
 	sum.AdapterOut = o.AdapterOut
-	sum.MicroBatch, sum.Sizing, sum.MemoryBudgetBytes = tr.Config().MicroBatchTokens, tr.Sizing(), tr.MemoryBudget()
+	sum.MicroBatch, sum.Sizing, sum.MemoryBudgetBytes = tr.Config().MicroBatch, tr.Sizing(), tr.MemoryBudget()
 	sum.ComputeBufferBytes = tr.ComputeBufferBytes()
 	sum.PeakRSSBytes = peakrss.Bytes()
 	return sum, nil
@@ -284,7 +267,7 @@ func (o TrainOptions) adapterIn(h *Model) (path string, cleanup func(), err erro
 	}
 	tmp.Close()
 	cleanup = func() { os.Remove(tmp.Name()) }
-	if err := train.CreateLoRA(h.llm, tmp.Name(), LoRAConfig(o.Config)); err != nil {
+	if err := train.CreateLoRA(h.llm, tmp.Name(), o.Config.Train); err != nil {
 		cleanup()
 		return "", nil, err
 	}

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // benchModelPath is the ~100M-parameter benchmark model, generated once into
@@ -84,7 +84,7 @@ func BenchmarkGroupBatched(b *testing.B) {
 		b.Run(bm.name, func(b *testing.B) {
 			m := loadModel(b, bm.path)
 			o := rollout.Options{Group: 8, MaxTokens: 32, Seed: 1, Threads: runtime.NumCPU(), NCtx: 8 * 128,
-				Sampling: sampler.Params{Temperature: 1}}
+				Params: sampler.Params{Temperature: 1}}
 			o.Parallel = 8
 			batched := newEngine(b, m, o)
 			o.Parallel, o.NCtx = 1, 128
@@ -140,7 +140,7 @@ func BenchmarkEngineVsReference(b *testing.B) {
 			const group, maxTokens, nctx = 8, 32, 8 * 128
 			m := loadModel(b, bm.path)
 			e := newEngine(b, m, rollout.Options{Group: group, MaxTokens: maxTokens, Parallel: group, NCtx: nctx,
-				Threads: runtime.NumCPU(), Sampling: sampler.Params{Temperature: 0}})
+				Threads: runtime.NumCPU(), Params: sampler.Params{Temperature: 0}})
 			o := e.Options()
 			ours, dflt := referenceContexts(b, m, o, nctx, group, runtime.NumCPU())
 			prompt, err := m.Tokenize(bm.prompt, true, false)
@@ -223,7 +223,7 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 				}
 				nctx := group * (len(prompt) + maxTokens + 8)
 				e := newEngine(b, m, rollout.Options{Group: group, MaxTokens: maxTokens, Parallel: group, NCtx: nctx, Seed: 1,
-					Threads: threads, Sampling: sampler.Params{Temperature: 1}})
+					Threads: threads, Params: sampler.Params{Temperature: 1}})
 				o := e.Options()
 				ref, dflt := referenceContexts(b, m, o, nctx, group, threads)
 				seed := uint64(0)
@@ -239,7 +239,7 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 				}
 				// the engine on the same defaults, against the C loop there
 				ed := newEngine(b, m, rollout.Options{Group: group, MaxTokens: maxTokens, Parallel: group, NCtx: nctx, Seed: 1,
-					Threads: threads, Sampling: sampler.Params{Temperature: 1}, KVType: "f16", FlashAttn: "auto"})
+					Threads: threads, Params: sampler.Params{Temperature: 1}, KVType: "f16", FlashAttn: "auto"})
 				runEngine := func() int { return timeGenerate(b, e, bm.prompt) }
 				runEngineD := func() int { return timeGenerate(b, ed, bm.prompt) }
 				runEngine() // warm up
@@ -338,7 +338,7 @@ func BenchmarkThreads(b *testing.B) {
 		b.Run(bm.name, func(b *testing.B) {
 			m := loadModel(b, bm.path)
 			o := rollout.Options{Group: 8, MaxTokens: 32, Parallel: 8, NCtx: 8 * 128, Seed: 1,
-				Sampling: sampler.Params{Temperature: 1}}
+				Params: sampler.Params{Temperature: 1}}
 			o.Threads = 1
 			one := newEngine(b, m, o)
 			o.Threads = cores
@@ -431,7 +431,7 @@ func BenchmarkPeakMemory(b *testing.B) {
 					b.Fatal(err)
 				}
 				e, err := rollout.NewEngine(m, rollout.Options{Group: 8, MaxTokens: 32, Parallel: 8, NCtx: nctx,
-					Threads: runtime.NumCPU(), Sampling: sampler.Params{Temperature: 1}})
+					Threads: runtime.NumCPU(), Params: sampler.Params{Temperature: 1}})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -473,7 +473,7 @@ func BenchmarkManySequences(b *testing.B) {
 			}
 			eng := func(parallel int) *rollout.Engine {
 				return newEngine(b, m, rollout.Options{Group: 1, MaxTokens: 32, Parallel: parallel, SeqCtx: 64, Seed: 1,
-					Sampling: sampler.Params{Temperature: 0}})
+					Params: sampler.Params{Temperature: 0}})
 			}
 			wide, narrow := eng(64), eng(16)
 			run := func(e *rollout.Engine) int {

@@ -33,35 +33,42 @@ import (
 	"github.com/confclip/confclip/sampler"
 )
 
-// Options configure an Engine.
+// Options configure an Engine. The fields with a toml tag are the
+// [rollout] table of the configuration: their defaults are DefaultOptions,
+// their checks Checks (which NewEngine runs too); the others come from
+// other tables or from Go callers.
 type Options struct {
-	Group int // completions per prompt (G); 0 = 8
+	Group int `toml:"group"` // completions per prompt (G); 0 = DefaultGroup
 	// MaxTokens is the completion length limit; 0 is the context that is
 	// left after the prompt (one sequence's context less the prompt's
 	// tokens), as in llama-server and vLLM.
-	MaxTokens int
-	Sampling  sampler.Params // temperature 0 = greedy
-	Seed      uint64         // base seed of every sequence's RNG
-	Parallel  int            // sequences in flight; 0 = max(G, 16)
-	Stop      []string       // stop strings
-	Chat      bool           // render every prompt with the chat template
+	MaxTokens      int      `toml:"max_tokens"`
+	sampler.Params          // temperature (0 = greedy), top_p, top_k, min_p
+	Seed           uint64   `toml:"seed"`     // base seed of every sequence's RNG
+	Parallel       int      `toml:"parallel"` // sequences in flight; 0 = max(G, 16)
+	Chat           bool     `toml:"chat"`     // render every prompt with the chat template
+	Stop           []string `toml:"stop"`     // stop strings
+	// Endpoints, when set, are the rollout workers of pipeline's run
+	// ("http://host:port/v1"): OpenAI-compatible servers, confclip serve
+	// for adapter uploads (docs/scale.md). The engine does not read them.
+	Endpoints []string `toml:"endpoints"`
 	// ChatTemplate is a template's text or a built-in name ("chatml", ...);
 	// "" = the model's own.
-	ChatTemplate string
+	ChatTemplate string `toml:"-"`
 	// NCtx is the KV cache size in tokens over all sequences. 0 sizes it to
 	// the prompts of each call: Parallel × (longest prompt + MaxTokens).
 	// Given, each sequence may use NCtx/Parallel tokens.
-	NCtx int
+	NCtx int `toml:"-"`
 	// SeqCtx bounds prompt + MaxTokens for one sequence when NCtx is 0;
 	// 0 = the model's training context.
-	SeqCtx  int
-	NBatch  int // most tokens one decode takes; 0 = max(512, Parallel)
-	Threads int // 0 = DefaultThreads(model): by the model's size, at most the cores
+	SeqCtx  int `toml:"-"`
+	NBatch  int `toml:"-"` // most tokens one decode takes; 0 = max(512, Parallel)
+	Threads int `toml:"-"` // 0 = DefaultThreads(model): by the model's size, at most the cores
 	// KVType is the KV cache's type: "f32" (default) or "f16", "q8_0", ...
 	// (llama.ParseKVType's names). A rounded cache makes the log-probs
 	// depend on how tokens were batched: f16 costs about 1e-3 of agreement
 	// with teacher forcing.
-	KVType string
+	KVType string `toml:"-"`
 	// FlashAttn is "on", "off" or "auto"; the default is "on" for a model
 	// on the CPU alone (llama.Model.CPUOnly) and "off" otherwise. On the CPU
 	// an F32 cache stays F32 under flash attention (the project's patch
@@ -70,18 +77,18 @@ type Options struct {
 	// log-probs still agree to about 1e-6. On a GPU, llama.cpp rounds K and
 	// V to f16 for it (log-probs then move by about 3e-3 with batch
 	// composition), so it stays off there unless asked for.
-	FlashAttn string
+	FlashAttn string `toml:"-"`
 	// kv and fa are KVType and FlashAttn parsed, once, by NewEngine.
 	kv llama.KVType
 	fa llama.FlashAttn
 	// NoTiming leaves the timing out of the records, whose bytes then depend
 	// only on the options, the prompts and the model.
-	NoTiming bool
+	NoTiming bool `toml:"-"`
 	// TopLogprobs, when > 0, records the most likely tokens (at most
 	// sampler.MaxTop) at each sampled position in Rollout.TopLogprobs, from
 	// the row the token was drawn from. 0 (default) records none and costs
 	// nothing.
-	TopLogprobs int
+	TopLogprobs int `toml:"-"`
 }
 
 // KVCacheType is KVType parsed; set by NewEngine (Engine.Options), the
@@ -93,8 +100,8 @@ func (o Options) KVCacheType() llama.KVType { return o.kv }
 func (o Options) FlashAttnMode() llama.FlashAttn { return o.fa }
 
 func (o *Options) defaults() error {
-	if o.Group == 0 {
-		o.Group = 8
+	if err := o.check(); err != nil {
+		return fmt.Errorf("rollout: %w", err)
 	}
 	if o.Parallel == 0 {
 		o.Parallel = max(o.Group, 16)
@@ -116,12 +123,6 @@ func (o *Options) defaults() error {
 		o.NBatch = max(512, o.Parallel)
 	}
 	switch {
-	case o.Group < 0:
-		return fmt.Errorf("rollout: group %d: want >= 1", o.Group)
-	case o.MaxTokens < 0:
-		return fmt.Errorf("rollout: max tokens %d: want >= 1", o.MaxTokens)
-	case o.Parallel < 0:
-		return fmt.Errorf("rollout: parallel %d: want >= 1", o.Parallel)
 	case o.NBatch < o.Parallel:
 		return fmt.Errorf("rollout: batch of %d tokens cannot hold one token for each of %d parallel sequences", o.NBatch, o.Parallel)
 	case o.NCtx < 0 || o.SeqCtx < 0:
@@ -131,12 +132,7 @@ func (o *Options) defaults() error {
 	case o.TopLogprobs < 0 || o.TopLogprobs > sampler.MaxTop:
 		return fmt.Errorf("rollout: top log-probs %d: want 0..%d", o.TopLogprobs, sampler.MaxTop)
 	}
-	for _, s := range o.Stop {
-		if s == "" {
-			return errors.New("rollout: empty stop string")
-		}
-	}
-	return o.Sampling.Validate()
+	return nil
 }
 
 // Engine generates completions and scores given ones with one model. It owns
@@ -182,7 +178,7 @@ func NewEngine(m *llama.Model, o Options) (*Engine, error) {
 	if o.Threads == 0 {
 		o.Threads = DefaultThreads(m) // threads.go: fitted to the model's size
 	}
-	smp, err := sampler.New(o.Sampling)
+	smp, err := sampler.New(o.Params)
 	if err != nil {
 		return nil, err
 	}

@@ -140,7 +140,7 @@ func TestRolloutLogprobsMatchTeacherForcing(t *testing.T) {
 	// Parallel 6 with groups of 4: groups are split across admissions and
 	// share batches with other groups, the hard case for batch composition.
 	e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 24, Parallel: 6, Seed: 3,
-		Sampling: sampler.Params{Temperature: 1}})
+		Params: sampler.Params{Temperature: 1}})
 	matchForcing(t, m, e, tinyPrompts, 24, "tiny")
 }
 
@@ -170,7 +170,7 @@ func TestRolloutLogprobsMatchTeacherForcingStories(t *testing.T) {
 		{ID: "s3", Prompt: "The little bird was sad because"},
 	}
 	e := newEngine(t, m, rollout.Options{Group: 8, MaxTokens: 64, Parallel: 12, Seed: 11,
-		Sampling: sampler.Params{Temperature: 1}})
+		Params: sampler.Params{Temperature: 1}})
 	matchForcing(t, m, e, prompts, 64, "stories260K")
 }
 
@@ -194,7 +194,7 @@ func TestManySequencesMatchTeacherForcing(t *testing.T) {
 			Prompt: words[i%len(words)] + " " + verbs[(i/len(words))%len(verbs)] + "."})
 	}
 	e := newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 24, Parallel: 72, Seed: 13, FlashAttn: "on",
-		Sampling: sampler.Params{Temperature: 1}})
+		Params: sampler.Params{Temperature: 1}})
 	matchForcing(t, m, e, prompts, 24, "stories260K, 72 sequences decoding together")
 }
 
@@ -204,7 +204,7 @@ func TestManySequencesMatchTeacherForcing(t *testing.T) {
 func TestReleaseThenGenerate(t *testing.T) {
 	m := loadModel(t, tinyPath)
 	e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 16, Parallel: 8, Seed: 7, NoTiming: true,
-		Sampling: sampler.Params{Temperature: 1}})
+		Params: sampler.Params{Temperature: 1}})
 	first, _ := generate(t, e, tinyPrompts)
 	for range 2 {
 		if err := e.Release(); err != nil {
@@ -224,7 +224,7 @@ func TestReleaseThenGenerate(t *testing.T) {
 
 func TestGreedyStories(t *testing.T) {
 	m := loadStories(t)
-	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 40, Sampling: sampler.Params{Temperature: 0}})
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 40, Params: sampler.Params{Temperature: 0}})
 	recs, _ := generate(t, e, []dataset.Prompt{{ID: "once", Prompt: "Once upon a time"}})
 	want := ", there was a little girl named Lily. She loved to play outside in the park."
 	for _, r := range recs {
@@ -271,7 +271,7 @@ func jsonl(t *testing.T, recs []dataset.Rollout) []byte {
 func TestReproducible(t *testing.T) {
 	m := loadModel(t, tinyPath)
 	o := rollout.Options{Group: 4, MaxTokens: 32, Parallel: 8, Seed: 42, NoTiming: true,
-		Sampling: sampler.Params{Temperature: 0.9, TopP: 0.95, TopK: 50}}
+		Params: sampler.Params{Temperature: 0.9, TopP: 0.95, TopK: 50}}
 	run := func(o rollout.Options) []dataset.Rollout {
 		recs, _ := generate(t, newEngine(t, m, o), tinyPrompts)
 		return recs
@@ -324,7 +324,7 @@ func TestReproducible(t *testing.T) {
 
 func TestStopStringSplitAcrossTokens(t *testing.T) {
 	m := loadModel(t, tinyPath)
-	o := rollout.Options{Group: 1, MaxTokens: 40, Parallel: 1, Seed: 7, NoTiming: true, Sampling: sampler.Params{Temperature: 1}}
+	o := rollout.Options{Group: 1, MaxTokens: 40, Parallel: 1, Seed: 7, NoTiming: true, Params: sampler.Params{Temperature: 1}}
 	prompt := []dataset.Prompt{{ID: "q", Prompt: "What is 12+7?"}}
 	base, _ := generate(t, newEngine(t, m, o), prompt)
 	r := base[0]
@@ -368,7 +368,7 @@ func TestStopStringSplitAcrossTokens(t *testing.T) {
 
 func TestMaxTokensGivesLength(t *testing.T) {
 	m := loadModel(t, tinyPath)
-	e := newEngine(t, m, rollout.Options{Group: 3, MaxTokens: 5, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	e := newEngine(t, m, rollout.Options{Group: 3, MaxTokens: 5, Seed: 1, Params: sampler.Params{Temperature: 1}})
 	recs, st := generate(t, e, tinyPrompts[:2])
 	for _, r := range recs {
 		if r.Finish == dataset.FinishLength && len(r.Tokens) != 5 {
@@ -413,7 +413,7 @@ func eosModel(t *testing.T) string {
 
 func TestEOGGivesStop(t *testing.T) {
 	m := loadModel(t, eosModel(t))
-	e := newEngine(t, m, rollout.Options{Group: 8, MaxTokens: 64, Seed: 5, Sampling: sampler.Params{Temperature: 1}})
+	e := newEngine(t, m, rollout.Options{Group: 8, MaxTokens: 64, Seed: 5, Params: sampler.Params{Temperature: 1}})
 	recs, _ := generate(t, e, tinyPrompts[:2])
 	stopped := 0
 	for _, r := range recs {
@@ -443,7 +443,7 @@ func TestBadPromptsReported(t *testing.T) {
 		{ID: "ok2", Prompt: "2+2="},
 		{ID: "badchat", Messages: []dataset.Message{{Role: "user", Content: "bad \xff"}}},
 	}
-	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 8, Parallel: 4, NCtx: 4 * 128, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 8, Parallel: 4, NCtx: 4 * 128, Seed: 1, Params: sampler.Params{Temperature: 1}})
 	recs, st := generate(t, e, prompts)
 	if len(recs) != 4 || st.Groups != 2 {
 		t.Fatalf("%d records, %d groups; want the two good prompts' 4 records", len(recs), st.Groups)
@@ -468,7 +468,7 @@ func TestPromptDecodedOncePerGroup(t *testing.T) {
 	}
 	// NBatch 8: prompts longer than the batch are spread over decodes.
 	for _, tc := range []struct{ parallel, nbatch, want int }{{8, 512, n}, {4, 8, n}, {2, 512, 2 * n}, {1, 512, 4 * n}} {
-		e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 6, Parallel: tc.parallel, NBatch: tc.nbatch, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+		e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 6, Parallel: tc.parallel, NBatch: tc.nbatch, Seed: 1, Params: sampler.Params{Temperature: 1}})
 		recs, st := generate(t, e, tinyPrompts)
 		if st.PromptTokens != tc.want || len(recs) != 4*len(tinyPrompts) {
 			t.Errorf("parallel %d: %d prompt tokens decoded, %d records; want %d", tc.parallel, st.PromptTokens, len(recs), tc.want)
@@ -481,14 +481,14 @@ func TestPromptDecodedOncePerGroup(t *testing.T) {
 
 func TestChatPrompts(t *testing.T) {
 	m := loadModel(t, tinyPath)
-	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 4, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 4, Seed: 1, Params: sampler.Params{Temperature: 1}})
 	recs, _ := generate(t, e, []dataset.Prompt{{ID: "c", Messages: []dataset.Message{{Role: "user", Content: "1+1?"}}}})
 	want := "<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n"
 	if recs[0].Prompt != want || recs[0].PromptTokens[1] != 3 {
 		t.Fatalf("rendered %q tokens %v", recs[0].Prompt, recs[0].PromptTokens)
 	}
 	// Options.Chat renders a plain prompt as one user message.
-	e = newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 4, Chat: true, Sampling: sampler.Params{Temperature: 1}})
+	e = newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 4, Chat: true, Params: sampler.Params{Temperature: 1}})
 	recs, _ = generate(t, e, []dataset.Prompt{{ID: "c", Prompt: "1+1?"}})
 	if recs[0].Prompt != want {
 		t.Fatalf("rendered %q", recs[0].Prompt)
@@ -504,7 +504,7 @@ func TestChatWithoutTemplateRefused(t *testing.T) {
 		t.Fatalf("stories260K has a chat template now: %q", m.ChatTemplate())
 	}
 	prompts := []dataset.Prompt{{ID: "plain", Prompt: "Once"}, {ID: "c", Messages: []dataset.Message{{Role: "user", Content: "Hi"}}}}
-	e := newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 2, Sampling: sampler.Params{Temperature: 1}})
+	e := newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 2, Params: sampler.Params{Temperature: 1}})
 	n := 0
 	_, err := e.Generate(context.Background(), prompts, func([]dataset.Rollout) error { n++; return nil })
 	if err == nil || !strings.Contains(err.Error(), `prompt "c" is a chat`) || !strings.Contains(err.Error(), "stories260K.gguf has no chat template") {
@@ -513,7 +513,7 @@ func TestChatWithoutTemplateRefused(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d groups emitted before the refusal", n)
 	}
-	e = newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 2, ChatTemplate: "chatml", Sampling: sampler.Params{Temperature: 1}})
+	e = newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 2, ChatTemplate: "chatml", Params: sampler.Params{Temperature: 1}})
 	if recs, st := generate(t, e, prompts); len(recs) != 2 || len(st.Errors) != 0 {
 		t.Fatalf("with chatml: %d records, errors %+v", len(recs), st.Errors)
 	}
@@ -521,7 +521,7 @@ func TestChatWithoutTemplateRefused(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	m := loadModel(t, tinyPath)
-	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 16, Parallel: 2, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 16, Parallel: 2, Seed: 1, Params: sampler.Params{Temperature: 1}})
 	ctx, cancel := context.WithCancel(context.Background())
 	groups := 0
 	st, err := e.Generate(ctx, tinyPrompts, func(g []dataset.Rollout) error {
@@ -593,7 +593,7 @@ func TestRoundedKVCacheAgreement(t *testing.T) {
 		bound  float64
 	}{{"f32", "off", 1e-4}, {"f16", "off", 5e-2}, {"f32", "on", 1e-4}, {"f16", "on", 5e-2}} {
 		e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 24, Parallel: 6, Seed: 3, KVType: c.kv, FlashAttn: c.fa,
-			Sampling: sampler.Params{Temperature: 1}})
+			Params: sampler.Params{Temperature: 1}})
 		recs, _ := generate(t, e, tinyPrompts)
 		dlp, _ := forceCopies(t, e, recs)
 		t.Logf("KV %s, flash attention %s: max |rollout - teacher-forced| log-prob %.3g", c.kv, c.fa, dlp)
@@ -607,7 +607,7 @@ func TestRoundedKVCacheAgreement(t *testing.T) {
 // same work as the engine: greedy, the same group, the same token count.
 func TestReferenceLoop(t *testing.T) {
 	m := loadModel(t, tinyPath)
-	e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 20, Parallel: 4, NCtx: 4 * 64, Sampling: sampler.Params{Temperature: 0}})
+	e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 20, Parallel: 4, NCtx: 4 * 64, Params: sampler.Params{Temperature: 0}})
 	prompt := "What is 12+7?"
 	recs, st := generate(t, e, []dataset.Prompt{{ID: "r", Prompt: prompt}})
 	ref, err := llama.NewContext(m, llama.ContextParams{NCtx: 4 * 64, NSeqMax: 4, FlashAttn: llama.FlashAttnOff, TypeK: llama.KVF32, TypeV: llama.KVF32})
@@ -658,7 +658,7 @@ func TestAdapter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 16, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 16, Seed: 1, Params: sampler.Params{Temperature: 1}})
 	force := func() []float64 {
 		r := &dataset.Rollout{PromptID: "a", Prompt: "What is 12+7?", Text: " The answer is 19."}
 		if err := e.TeacherForce(context.Background(), []*dataset.Rollout{r}); err != nil {
@@ -714,7 +714,7 @@ func TestThreadsDefaultAndOverride(t *testing.T) {
 func TestHugePromptRefusedBeforeTokenizing(t *testing.T) {
 	m := loadModel(t, tinyPath)
 	huge := strings.Repeat("1+", 10<<20) // 20 MB
-	e := newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 8, Parallel: 1, SeqCtx: 128, NCtx: 128, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	e := newEngine(t, m, rollout.Options{Group: 1, MaxTokens: 8, Parallel: 1, SeqCtx: 128, NCtx: 128, Seed: 1, Params: sampler.Params{Temperature: 1}})
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -735,7 +735,7 @@ func TestHugePromptRefusedBeforeTokenizing(t *testing.T) {
 func TestTopLogprobs(t *testing.T) {
 	m := loadModel(t, tinyPath)
 	o := rollout.Options{Group: 3, MaxTokens: 24, Parallel: 6, Seed: 5, NoTiming: true,
-		Sampling: sampler.Params{Temperature: 1.2, TopP: 0.95}}
+		Params: sampler.Params{Temperature: 1.2, TopP: 0.95}}
 	plain, _ := generate(t, newEngine(t, m, o), tinyPrompts)
 	o.TopLogprobs = 5
 	withTop, _ := generate(t, newEngine(t, m, o), tinyPrompts)

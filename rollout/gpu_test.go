@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 var storiesPrompts = []dataset.Prompt{
@@ -48,7 +48,7 @@ func TestGPUGreedyRolloutsMatchCPU(t *testing.T) {
 				}
 				t.Cleanup(func() { m.Close() })
 				o := tc.o
-				o.Sampling = sampler.Params{Temperature: 0}
+				o.Params = sampler.Params{Temperature: 0}
 				recs[i], _ = generate(t, newEngine(t, m, o), tc.prompts)
 			}
 			if len(recs[0]) != len(recs[1]) {
@@ -100,7 +100,7 @@ func TestGPURolloutLogprobsMatchTeacherForcing(t *testing.T) {
 			}
 			t.Cleanup(func() { m.Close() })
 			o := tc.o
-			o.Sampling = sampler.Params{Temperature: 1}
+			o.Params = sampler.Params{Temperature: 1}
 			e := newEngine(t, m, o)
 			recs, st := generate(t, e, tc.prompts)
 			dlp, dent := forceCopies(t, e, recs)
@@ -129,7 +129,7 @@ func BenchmarkGPURollout(b *testing.B) {
 				}
 				b.Cleanup(func() { m.Close() })
 				engines[i] = newEngine(b, m, rollout.Options{Group: 8, MaxTokens: 64, Parallel: 8, NCtx: 8 * 128,
-					Threads: runtime.NumCPU(), Sampling: sampler.Params{Temperature: 0}})
+					Threads: runtime.NumCPU(), Params: sampler.Params{Temperature: 0}})
 				timeGenerate(b, engines[i], bm.prompt) // warm up
 			}
 			var rc, rg float64

@@ -4,8 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // tinyPath is the generated test model, written once per test binary.

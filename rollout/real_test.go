@@ -6,10 +6,10 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // realChat are chat prompts for the real models: a system prompt that asks
@@ -68,7 +68,7 @@ func TestRealModelsRolloutChatMatchesTeacherForcing(t *testing.T) {
 			}
 			m := loadModel(t, path)
 			e := newEngine(t, m, rollout.Options{Group: 4, MaxTokens: 32, Parallel: 6, Seed: 5, ChatTemplate: c.tmpl,
-				Sampling: sampler.Params{Temperature: 1}})
+				Params: sampler.Params{Temperature: 1}})
 			recs, st := generate(t, e, realChat)
 			if len(recs) != 4*len(realChat) || len(st.Errors) != 0 {
 				t.Fatalf("%d records, stats %+v", len(recs), st)

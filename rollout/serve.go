@@ -100,25 +100,17 @@ func (e *Engine) Serve(ctx context.Context, next func(wait bool) []Request, emit
 
 // setGroupOptions gives a group a request's own settings.
 func (e *Engine) setGroupOptions(g *group, o Options) error {
-	switch {
-	case o.Group < 1:
-		return fmt.Errorf("group %d: want >= 1", o.Group)
-	case o.MaxTokens < 0:
-		return fmt.Errorf("max tokens %d: want >= 1, or 0 for the context that is left", o.MaxTokens)
-	case o.TopLogprobs < 0 || o.TopLogprobs > sampler.MaxTop:
+	if o.TopLogprobs < 0 || o.TopLogprobs > sampler.MaxTop {
 		return fmt.Errorf("top log-probs %d: want 0..%d", o.TopLogprobs, sampler.MaxTop)
 	}
-	if err := o.Sampling.Validate(); err != nil {
+	if err := o.check(); err != nil {
 		return err
 	}
 	var stops [][]byte
 	for _, s := range o.Stop {
-		if s == "" {
-			return errors.New("empty stop string")
-		}
 		stops = append(stops, []byte(s))
 	}
-	smp, err := e.samplerFor(o.Sampling)
+	smp, err := e.samplerFor(o.Params)
 	if err != nil {
 		return err
 	}
@@ -130,7 +122,7 @@ func (e *Engine) setGroupOptions(g *group, o Options) error {
 // samplerFor returns the sampler for p, made once (a bounded number of
 // settings is kept).
 func (e *Engine) samplerFor(p sampler.Params) (*sampler.Sampler, error) {
-	if p == e.o.Sampling {
+	if p == e.o.Params {
 		return e.smp, nil
 	}
 	if s, ok := e.smpBy[p]; ok {

@@ -19,7 +19,7 @@ func TestInvalidUTF8PromptIsBad(t *testing.T) {
 		{ID: "raw", Prompt: "1+\xff1="},
 		{ID: "read", Prompt: "1+\ufffd1=", BadText: "the line is not valid UTF-8 (byte 0xff at offset 20)"},
 	}
-	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 4, Parallel: 2, NCtx: 2 * 128, Seed: 1, Sampling: sampler.Params{Temperature: 1}})
+	e := newEngine(t, m, rollout.Options{Group: 2, MaxTokens: 4, Parallel: 2, NCtx: 2 * 128, Seed: 1, Params: sampler.Params{Temperature: 1}})
 	recs, st := generate(t, e, prompts)
 	if len(recs) != 2 || st.Groups != 1 {
 		t.Fatalf("%d records, %d groups; want the good prompt's 2 records", len(recs), st.Groups)

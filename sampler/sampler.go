@@ -30,10 +30,10 @@ import (
 // Params are the sampling settings; the zero value of each field turns that
 // stage off, except Temperature, whose zero means greedy decoding.
 type Params struct {
-	Temperature float64 // > 0 scales the logits; 0 = greedy (argmax)
-	TopK        int     // keep the K most likely tokens; 0 = off
-	TopP        float64 // keep the smallest prefix with mass >= TopP; 0 or 1 = off
-	MinP        float64 // keep tokens with p >= MinP * p_max; 0 = off
+	Temperature float64 `toml:"temperature"` // > 0 scales the logits; 0 = greedy (argmax)
+	TopP        float64 `toml:"top_p"`       // keep the smallest prefix with mass >= TopP; 0 or 1 = off
+	TopK        int     `toml:"top_k"`       // keep the K most likely tokens; 0 = off
+	MinP        float64 `toml:"min_p"`       // keep tokens with p >= MinP * p_max; 0 = off
 }
 
 // Validate reports settings that have no meaning.

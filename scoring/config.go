@@ -1,26 +1,5 @@
 package scoring
 
-// VerifierConfig chooses and tunes the verifier.
-type VerifierConfig struct {
-	Name       string   `toml:"name"`        // math, exact, choice, format, command
-	Pattern    string   `toml:"pattern"`     // format: regular expression
-	JSON       bool     `toml:"json"`        // format: completion must be JSON
-	Command    []string `toml:"command"`     // command: argv
-	TimeoutMS  int      `toml:"timeout_ms"`  // per verification
-	MaxBytes   int      `toml:"max_bytes"`   // completions are capped to this many bytes
-	RelTol     float64  `toml:"rel_tol"`     // math: relative tolerance for irrationals
-	LastNumber bool     `toml:"last_number"` // math: fall back to the last number
-	// Strict (math): final-answer forms only, no last-number fallback.
-	// Unset means true in run and experiment (a policy trained against the
-	// verifier would learn to end on any number) and false elsewhere.
-	Strict      *bool    `toml:"strict"`
-	Extractors  []string `toml:"extractors"`   // math: extraction priority
-	CaseFold    bool     `toml:"case_fold"`    // exact: ignore case
-	IgnorePunct bool     `toml:"ignore_punct"` // exact: ignore punctuation
-	MemoryMB    int      `toml:"memory_mb"`    // command: address-space limit
-	CPUSeconds  int      `toml:"cpu_seconds"`  // command: CPU-time limit
-}
-
 // ConfidenceConfig chooses the confidence estimator (METHOD.md "Confidence").
 type ConfidenceConfig struct {
 	Estimator string `toml:"estimator"` // geo_mean, arith_mean, min, neg_entropy

@@ -1,7 +1,7 @@
 // Package scoring is the score stage's work: it verifies rollouts and
 // computes each completion's confidence, reward and advantage
 // (docs/method.md), with the summary of a batch. pipeline.Score is the stage
-// that binds it to a model (teacher forcing); shard/merge rebuilds a
+// that binds it to a model (teacher forcing); package merge rebuilds a
 // whole's summary with Summary.SetStats.
 package scoring
 
@@ -29,7 +29,7 @@ type Options struct {
 	In  string // rollout records (JSONL)
 	Out string // scored records (JSONL), written atomically; "" writes none
 
-	Verifier   VerifierConfig
+	Verifier   verifiers.Config
 	Confidence ConfidenceConfig
 	Reward     RewardConfig
 	Advantage  AdvantageConfig
@@ -57,25 +57,6 @@ type Options struct {
 	// Shard, when set, scores only the groups of one shard (package shard); a
 	// malformed line, which has no prompt id, is counted by shard 0 only.
 	Shard shard.Shard
-}
-
-// VerifierOptions maps the [verifier] table onto the verifiers' options.
-func VerifierOptions(c VerifierConfig) verifiers.Options {
-	return verifiers.Options{
-		Timeout:     time.Duration(c.TimeoutMS) * time.Millisecond,
-		MaxBytes:    c.MaxBytes,
-		RelTol:      c.RelTol,
-		LastNumber:  c.LastNumber,
-		Strict:      c.Strict != nil && *c.Strict,
-		Extractors:  c.Extractors,
-		CaseFold:    c.CaseFold,
-		IgnorePunct: c.IgnorePunct,
-		Pattern:     c.Pattern,
-		JSON:        c.JSON,
-		Command:     c.Command,
-		MemoryMB:    c.MemoryMB,
-		CPUSeconds:  c.CPUSeconds,
-	}
 }
 
 // Summary is what Score reports about a batch; it is written as JSON.
@@ -289,7 +270,7 @@ func newScorer(opts Options) (*scorer, error) {
 	}
 	s.needLength = rc.Overlong
 	if rc.FormatWeight != 0 {
-		fo := VerifierOptions(opts.Verifier)
+		fo := opts.Verifier.Options
 		fo.Pattern = rc.FormatPattern
 		if s.format, err = verifiers.New("format", fo); err != nil {
 			return nil, fmt.Errorf("reward.format_weight: %w", err)
@@ -385,12 +366,12 @@ func (s *scorer) check(sr *scoreRecord) (kind string, err error) {
 		sr.verifier = s.opts.Verifier.Name
 	}
 	if _, ok := s.verifiers[sr.verifier]; !ok {
-		v, err := verifiers.New(sr.verifier, VerifierOptions(s.opts.Verifier))
+		v, err := verifiers.New(sr.verifier, s.opts.Verifier.Options)
 		if err != nil {
 			return badRecord, fmt.Errorf("prompt %q: %w", r.PromptID, err)
 		}
 		s.verifiers[sr.verifier] = v
-		if s.truncated[sr.verifier], err = verifiers.NewTruncated(sr.verifier, VerifierOptions(s.opts.Verifier)); err != nil {
+		if s.truncated[sr.verifier], err = verifiers.NewTruncated(sr.verifier, s.opts.Verifier.Options); err != nil {
 			return badRecord, fmt.Errorf("prompt %q: %w", r.PromptID, err)
 		}
 	}

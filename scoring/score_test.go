@@ -409,7 +409,7 @@ func TestScoreOptionsErrors(t *testing.T) {
 // TestScoreWithExact runs the examples through the real exact verifier once
 // it is registered.
 func TestScoreWithExact(t *testing.T) {
-	if _, err := verifiers.New("exact", scoring.VerifierOptions(pipeline.DefaultConfig().Verifier)); err != nil {
+	if _, err := verifiers.New("exact", pipeline.DefaultConfig().Verifier.Options); err != nil {
 		t.Skip("exact verifier not registered yet:", err)
 	}
 	o := testOptions(filepath.Join("testdata", "examples.jsonl"), filepath.Join(t.TempDir(), "out.jsonl"))

@@ -27,10 +27,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 func main() {

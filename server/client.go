@@ -205,7 +205,7 @@ func (c *Client) group(ctx context.Context, cfg pipeline.Config, p *dataset.Prom
 
 // request is the completions (or chat completions) request of a prompt's
 // group under the [rollout] settings.
-func (c *Client) request(r pipeline.RolloutConfig, p *dataset.Prompt) (path string, body map[string]any, err error) {
+func (c *Client) request(r rollout.Options, p *dataset.Prompt) (path string, body map[string]any, err error) {
 	body = map[string]any{"model": c.ModelName, "n": r.Group, "temperature": r.Temperature, "seed": r.Seed}
 	if r.MaxTokens > 0 { // else the server's default: the context left
 		body["max_tokens"] = r.MaxTokens
@@ -265,7 +265,7 @@ func (c *Client) post(ctx context.Context, path string, body map[string]any) (b 
 }
 
 // rollouts reads a response into the prompt's group, sample by sample.
-func (c *Client) rollouts(b []byte, path string, r pipeline.RolloutConfig, p *dataset.Prompt) ([]dataset.Rollout, error) {
+func (c *Client) rollouts(b []byte, path string, r rollout.Options, p *dataset.Prompt) ([]dataset.Rollout, error) {
 	rec, err := dataset.ParseOpenAILine(b)
 	if err != nil {
 		return nil, requestError{fmt.Sprintf("%s%s: %v", c.base(), path, err)}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // TestOpenAINodeClient runs testdata/openai-client/openai-client.mjs, which

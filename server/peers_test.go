@@ -83,7 +83,7 @@ func TestAdapterLinkOutOfDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{filepath.Join(outside, "secret.gguf"), filepath.Join(dir, "a.gguf")} {
-		if err := train.CreateLoRA(lm, p, train.LoRAConfig{Rank: 2, Alpha: 4, Seed: 1}); err != nil {
+		if err := train.CreateLoRA(lm, p, train.Config{LoraRank: 2, LoraAlpha: 4, Seed: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

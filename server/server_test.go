@@ -19,9 +19,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/testkit/testutil"
 	"github.com/confclip/confclip/train"
 )
 
@@ -458,7 +458,7 @@ func TestModelsHealthAdapter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := train.CreateLoRA(lm, filepath.Join(dir, "a.gguf"), train.LoRAConfig{Rank: 2, Alpha: 4, Seed: 1}); err != nil {
+	if err := train.CreateLoRA(lm, filepath.Join(dir, "a.gguf"), train.Config{LoraRank: 2, LoraAlpha: 4, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	lm.Close()

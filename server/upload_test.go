@@ -28,7 +28,7 @@ func TestAdapterUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	adapter := filepath.Join(src, "a.gguf")
-	if err := train.CreateLoRA(lm, adapter, train.LoRAConfig{Rank: 2, Alpha: 4, Seed: 1}); err != nil {
+	if err := train.CreateLoRA(lm, adapter, train.Config{LoraRank: 2, LoraAlpha: 4, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	lm.Close()

@@ -132,7 +132,7 @@ func TestHalfUploadLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := filepath.Join(t.TempDir(), "a.gguf")
-	err = train.CreateLoRA(lm, src, train.LoRAConfig{Rank: 2, Alpha: 4, Seed: 1})
+	err = train.CreateLoRA(lm, src, train.Config{LoraRank: 2, LoraAlpha: 4, Seed: 1})
 	lm.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 // Package shard splits a batch job by a stable hash of the prompt id
 // (--shard K/N, or the index from a Kubernetes Indexed Job or a Slurm array);
-// package shard/merge joins the shards' outputs.
+// package merge joins the shards' outputs.
 package shard
 
 import (

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/pipelinetest"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/testkit/pipelinetest"
 )
 
 // TestFileMatchesRollout: the log-probs teacher forcing

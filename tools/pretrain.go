@@ -63,7 +63,7 @@ func Pretrain(ctx context.Context, o PretrainOptions) error {
 	cfg := train.DefaultConfig()
 	cfg.LR = o.LR
 	cfg.Threads = o.Threads
-	cfg.MicroBatchTokens = max(512, maxLen)
+	cfg.MicroBatch = max(512, maxLen)
 	tr, err := train.NewFullTrainer(m, names, cfg)
 	if err != nil {
 		return err

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // The per-architecture checks of every generated family (modelgen.Archs):
@@ -286,7 +286,7 @@ func TestArchRecurrentRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "mamba") || !strings.Contains(err.Error(), "recurrent") {
 		t.Fatalf("want a refusal naming mamba and its recurrent state, got %v", err)
 	}
-	if err := CreateLoRA(m, filepath.Join(t.TempDir(), "a.gguf"), LoRAConfig{Rank: 2, Alpha: 4}); err == nil || !strings.Contains(err.Error(), "recurrent") {
+	if err := CreateLoRA(m, filepath.Join(t.TempDir(), "a.gguf"), Config{LoraRank: 2, LoraAlpha: 4}); err == nil || !strings.Contains(err.Error(), "recurrent") {
 		t.Fatalf("CreateLoRA: %v", err)
 	}
 	if _, err := NewFullTrainer(m, []string{"blk.0.ssm_in.weight"}, testConfig()); err == nil || !strings.Contains(err.Error(), "recurrent") {
@@ -318,7 +318,7 @@ func TestArchHybridRefused(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), arch) || !strings.Contains(err.Error(), "recurrent") {
 				t.Fatalf("want a refusal naming %s and its recurrent layers, got %v", arch, err)
 			}
-			if err := CreateLoRA(m, filepath.Join(t.TempDir(), "a.gguf"), LoRAConfig{Rank: 2, Alpha: 4}); err == nil || !strings.Contains(err.Error(), "recurrent") {
+			if err := CreateLoRA(m, filepath.Join(t.TempDir(), "a.gguf"), Config{LoraRank: 2, LoraAlpha: 4}); err == nil || !strings.Contains(err.Error(), "recurrent") {
 				t.Fatalf("CreateLoRA: %v", err)
 			}
 			names, err := F32Weights(path)

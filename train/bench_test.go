@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // -profile (go test ./train -bench TrainAgainstForward -args -profile)
@@ -147,10 +147,10 @@ func trainAgainstForward(b *testing.B, mc benchModel) trainRow {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { m.Close() }) // after the adapter's
-	a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
+	a := loraAdapter(b, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 1}, false)
 	exs, recs := benchExamples(m.NVocab())
 	cfg := DefaultConfig() // the micro-batch sized from the model
-	cfg.MicroBatchTokens = mc.microBatch
+	cfg.MicroBatch = mc.microBatch
 	cfg.Threads = runtime.NumCPU()
 	tr, err := NewLoRATrainer(m, a, cfg)
 	if err != nil {
@@ -201,7 +201,7 @@ func trainAgainstForward(b *testing.B, mc benchModel) trainRow {
 		ratios = append(ratios, ts.Seconds()/tf.Seconds())
 	}
 	n := len(ratios)
-	r := trainRow{microBatch: tr.Config().MicroBatchTokens, train: float64(tokens*n) / tTrain.Seconds(), fwd: float64(tokens*n) / tFwd.Seconds(), median: testutil.Median(ratios), pairs: n}
+	r := trainRow{microBatch: tr.Config().MicroBatch, train: float64(tokens*n) / tTrain.Seconds(), fwd: float64(tokens*n) / tFwd.Seconds(), median: testutil.Median(ratios), pairs: n}
 	r.ratio = r.fwd / r.train
 	b.ReportMetric(r.train, "train-tok/s")
 	b.ReportMetric(r.fwd, "forward-tok/s")

@@ -195,7 +195,7 @@ func TestEntropyCoefMovesEntropy(t *testing.T) {
 	m := load(t, false)
 	for _, seed := range []uint64{7, 11} {
 		for _, coef := range []float64{0.05, -0.05, 0} {
-			a := loraAdapter(t, m, LoRAConfig{Rank: 4, Alpha: 8, Seed: seed}, true)
+			a := loraAdapter(t, m, Config{LoraRank: 4, LoraAlpha: 8, Seed: seed}, true)
 			exs := examples(t, m)
 			for i := range exs {
 				exs[i].Advantage = 0

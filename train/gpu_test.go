@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 func loadOn(t testing.TB, p llama.ModelParams) *llama.Model {
@@ -197,9 +197,9 @@ func BenchmarkGPUTrainStep(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { m.Close() })
-				a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
+				a := loraAdapter(b, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 1}, false)
 				cfg := DefaultConfig()
-				cfg.MicroBatchTokens = 512
+				cfg.MicroBatch = 512
 				cfg.Threads = runtime.NumCPU()
 				if trs[i], err = NewLoRATrainer(m, a, cfg); err != nil {
 					b.Fatal(err)

@@ -16,10 +16,10 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // llamacppPython is the llama-cpp-python anchor's interpreter (make
@@ -181,7 +181,7 @@ func BenchmarkAgainstLlamaCppPython(b *testing.B) {
 			nctx := group * (len(prompt) + gen + 8)
 			engine := func(kv, fa string) *rollout.Engine {
 				e, err := rollout.NewEngine(m, rollout.Options{Group: group, MaxTokens: gen, Parallel: group, NCtx: nctx, Seed: 1,
-					Threads: t, Sampling: sampler.Params{Temperature: 1}, KVType: kv, FlashAttn: fa})
+					Threads: t, Params: sampler.Params{Temperature: 1}, KVType: kv, FlashAttn: fa})
 				if err != nil {
 					b.Fatal(err)
 				}

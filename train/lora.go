@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 
+	"github.com/confclip/confclip/internal/settings"
 	"github.com/confclip/confclip/llama"
 )
 
@@ -21,14 +21,6 @@ import (
 // others have attn_q, attn_k and attn_v.
 var Targets = []string{"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}
 
-// LoRAConfig describes a new adapter.
-type LoRAConfig struct {
-	Rank    int
-	Alpha   float64
-	Targets []string // subset of Targets; empty = all
-	Seed    uint64
-}
-
 // loraTensor names one adapted weight's A and B.
 func loraNames(weight string) (a, b string) { return weight + ".lora_a", weight + ".lora_b" }
 
@@ -36,28 +28,20 @@ func loraNames(weight string) (a, b string) { return weight + ".lora_a", weight 
 // LoRA, A is drawn from U(-1/sqrt(n_in), 1/sqrt(n_in)) (kaiming-uniform with
 // a = sqrt(5)) with the seed, and B is zero, so a new adapter changes nothing.
 // The file is llama.cpp's GGUF LoRA format, loadable with its tools' --lora.
-func CreateLoRA(m *llama.Model, path string, cfg LoRAConfig) error {
-	if cfg.Rank < 1 {
-		return fmt.Errorf("LoRA rank %d: must be at least 1", cfg.Rank)
+func CreateLoRA(m *llama.Model, path string, cfg Config) error {
+	if len(cfg.Targets) == 0 {
+		cfg.Targets = Targets
 	}
-	if cfg.Alpha <= 0 {
-		return fmt.Errorf("LoRA alpha %g: must be positive", cfg.Alpha)
+	if err := settings.Run(cfg, loraChecks()); err != nil {
+		return err
 	}
 	targets := cfg.Targets
-	if len(targets) == 0 {
-		targets = Targets
-	}
-	for _, t := range targets {
-		if !slices.Contains(Targets, t) {
-			return fmt.Errorf("LoRA target %q: want some of %v", t, Targets)
-		}
-	}
 	if err := m.CanTrain(); err != nil {
 		return err
 	}
 	arch := m.Architecture()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6c6f7261))
-	w := newAdapterWriter(arch, cfg.Alpha)
+	w := newAdapterWriter(arch, cfg.LoraAlpha)
 	defer w.Close()
 	n := 0
 	for l := 0; l < m.Info().Layers; l++ {
@@ -67,7 +51,7 @@ func CreateLoRA(m *llama.Model, path string, cfg LoRAConfig) error {
 			if err != nil {
 				continue // the block has no such weight
 			}
-			nIn, nOut, r := shape[0], shape[1], int64(cfg.Rank)
+			nIn, nOut, r := shape[0], shape[1], int64(cfg.LoraRank)
 			a := make([]float32, nIn*r)
 			bound := 1 / math.Sqrt(float64(nIn))
 			for i := range a {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // randomExamples are n sequences of a 16-token prompt and a 48-token
@@ -99,7 +99,7 @@ func TestActivationEstimate(t *testing.T) {
 					}
 				}
 				cfg := testConfig()
-				cfg.MicroBatchTokens = n
+				cfg.MicroBatch = n
 				switch layout {
 				case "entropy":
 					cfg.EntropyCoef = 0.01
@@ -171,23 +171,23 @@ func TestAutoMicroBatch(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		memory int64
+		memory string
 		want   int
 		says   string
 	}{
-		{0, MaxAutoMicroBatch, "free RAM), at the cap of 4096"},
-		{1 << 20, AutoMicroBatch(ModelShape(m), 1<<20), "within a budget of 1 MiB (train.memory)"},
+		{"", MaxAutoMicroBatch, "free RAM), at the cap of 4096"},
+		{"1MiB", AutoMicroBatch(ModelShape(m), 1<<20), "within a budget of 1 MiB (train.memory)"},
 	} {
 		cfg := testConfig()
-		cfg.MicroBatchTokens, cfg.MemoryBytes = 0, tc.memory
+		cfg.MicroBatch, cfg.Memory = 0, tc.memory
 		tr, err := NewLoRATrainer(m, newAdapter(t, m, false), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, says := tr.Config().MicroBatchTokens, tr.Sizing()
+		got, says := tr.Config().MicroBatch, tr.Sizing()
 		tr.Close()
 		if got != tc.want || !strings.Contains(says, tc.says) || !strings.Contains(says, fmt.Sprintf("micro-batch up to %d tokens", got)) {
-			t.Errorf("memory %d: micro-batch %d (%q), want %d and %q", tc.memory, got, says, tc.want, tc.says)
+			t.Errorf("memory %q: micro-batch %d (%q), want %d and %q", tc.memory, got, says, tc.want, tc.says)
 		}
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // TestRealModelsPEFTReadBack exports an adapter of each real model to PEFT
@@ -143,7 +143,7 @@ func TestRealModelsPEFTReadBack(t *testing.T) {
 // drawn from N(0, sigma²), so that it changes the model.
 func randomLoRA(t *testing.T, m *llama.Model, sigma float64) *llama.Adapter {
 	t.Helper()
-	a := loraAdapter(t, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 11}, false)
+	a := loraAdapter(t, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 11}, false)
 	randomizeB(t, a, rand.New(rand.NewPCG(5, 6)), sigma)
 	return a
 }

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // TestRealQuantTypesTrain trains through the quantization types that
@@ -120,7 +120,7 @@ func BenchmarkRealQuantTable(b *testing.B) {
 			all, _ := benchExamples(m.NVocab())
 			exs = all[:8]
 		}
-		a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
+		a := loraAdapter(b, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 1}, false)
 		cfg := DefaultConfig()
 		cfg.Threads = threads
 		tr, err := NewLoRATrainer(m, a, cfg)

@@ -19,11 +19,11 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/peakrss"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // BenchmarkShapeTable's settings (make bench-shapes; docs/speed.md's "A
@@ -258,7 +258,7 @@ func shapeStages(b *testing.B, path string, threads int) shapeRow {
 		}
 		const gen = 128
 		e, err := rollout.NewEngine(m, rollout.Options{Group: shapeGroup, MaxTokens: gen,
-			NCtx: shapeParallel * (longest + gen + 16), Seed: 1, Threads: threads, Sampling: sampler.Params{Temperature: 1}})
+			NCtx: shapeParallel * (longest + gen + 16), Seed: 1, Threads: threads, Params: sampler.Params{Temperature: 1}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -297,7 +297,7 @@ func shapeStages(b *testing.B, path string, threads int) shapeRow {
 			b.Fatal(err)
 		}
 		defer m.Close()
-		a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
+		a := loraAdapter(b, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 1}, false)
 		exs, _ := shapeRecords(m.NVocab())
 		cfg := DefaultConfig()
 		cfg.Threads, cfg.Profile, cfg.UnsharedPrompts = threads, *shapeProfile, *shapeUnshared
@@ -306,7 +306,7 @@ func shapeStages(b *testing.B, path string, threads int) shapeRow {
 			b.Fatal(err)
 		}
 		defer tr.Close()
-		r.microBatch, r.budget = tr.cfg.MicroBatchTokens, tr.budget
+		r.microBatch, r.budget = tr.cfg.MicroBatch, tr.budget
 		t0 := time.Now()
 		st, err := tr.Step(context.Background(), exs)
 		if err != nil {
@@ -485,7 +485,7 @@ func BenchmarkSharedPrompts(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
+	a := loraAdapter(b, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 1}, false)
 	exs, _ := shapeRecords(m.NVocab())
 	best := map[bool]float64{}
 	stats := map[bool]StepStats{}

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // -speed-md FILE (make bench: docs/speed.md) rewrites the tables between the
@@ -128,7 +128,7 @@ func speedRollout(b *testing.B, path string, threads int) (engine, cLoop float64
 	}
 	nctx := group * (len(prompt) + gen + 8)
 	e, err := rollout.NewEngine(m, rollout.Options{Group: group, MaxTokens: gen, Parallel: group, NCtx: nctx, Seed: 1,
-		Threads: threads, Sampling: sampler.Params{Temperature: 1}})
+		Threads: threads, Params: sampler.Params{Temperature: 1}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func speedStep(b *testing.B, path string, threads int) float64 {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
+	a := loraAdapter(b, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 1}, false)
 	defer a.Close()
 	exs, _ := benchExamples(m.NVocab())
 	cfg := DefaultConfig()

@@ -31,7 +31,7 @@ func TestStressTraining(t *testing.T) {
 	exs := examples(t, m)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "lora.gguf")
-	if err := CreateLoRA(m, path, LoRAConfig{Rank: 2, Alpha: 4, Seed: 1}); err != nil {
+	if err := CreateLoRA(m, path, Config{LoraRank: 2, LoraAlpha: 4, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	for round := range rounds {

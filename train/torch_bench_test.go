@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // torchAnchor is one PyTorch to compare with: an interpreter that imports
@@ -295,7 +295,7 @@ func torchRates(a torchAnchor, spec modelgen.Spec, vocab, threads int) (sideRate
 // through the rollout engine, training steps at micro-batches of one and
 // eight sequences, and a sampled G=8 rollout, each the best of two.
 func oursRates(b *testing.B, m *llama.Model, threads int) sideRates {
-	a := loraAdapter(b, m, LoRAConfig{Rank: 8, Alpha: 16, Seed: 1}, false)
+	a := loraAdapter(b, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 1}, false)
 	defer a.Close()
 	exs, recs := benchExamples(m.NVocab())
 	tokens := float64(16 * 64)
@@ -321,7 +321,7 @@ func oursRates(b *testing.B, m *llama.Model, threads int) sideRates {
 	eng.Close()
 	for _, mb := range []int{64, 512} {
 		cfg := DefaultConfig()
-		cfg.MicroBatchTokens, cfg.Threads = mb, threads
+		cfg.MicroBatch, cfg.Threads = mb, threads
 		tr, err := NewLoRATrainer(m, a, cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -340,7 +340,7 @@ func oursRates(b *testing.B, m *llama.Model, threads int) sideRates {
 	}
 	const group, gen = 8, 128
 	g, err := rollout.NewEngine(m, rollout.Options{Group: group, MaxTokens: gen, Parallel: group, NCtx: group * 160, Seed: 1,
-		Threads: threads, Sampling: sampler.Params{Temperature: 1}})
+		Threads: threads, Params: sampler.Params{Temperature: 1}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/sampler"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 var tinyPath string
@@ -41,11 +41,11 @@ func load(t testing.TB, noMmap bool) *llama.Model {
 // matrices are filled too, so that A's gradients are not zero.
 func newAdapter(t testing.TB, m *llama.Model, randomB bool) *llama.Adapter {
 	t.Helper()
-	return loraAdapter(t, m, LoRAConfig{Rank: 4, Alpha: 8, Seed: 7}, randomB)
+	return loraAdapter(t, m, Config{LoraRank: 4, LoraAlpha: 8, Seed: 7}, randomB)
 }
 
 // loraAdapter is newAdapter with the adapter's settings given.
-func loraAdapter(t testing.TB, m *llama.Model, cfg LoRAConfig, randomB bool) *llama.Adapter {
+func loraAdapter(t testing.TB, m *llama.Model, cfg Config, randomB bool) *llama.Adapter {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "lora.gguf")
 	if err := CreateLoRA(m, path, cfg); err != nil {
@@ -131,7 +131,7 @@ func testConfig() Config {
 	c := DefaultConfig()
 	c.LR = 1e-2
 	c.GradClip = 0
-	c.MicroBatchTokens = 256
+	c.MicroBatch = 256
 	return c
 }
 
@@ -393,7 +393,7 @@ func TestMicroBatchesAccumulate(t *testing.T) {
 	m := load(t, false)
 	a := newAdapter(t, m, true)
 	exs := examples(t, m)
-	one := microBatchTrainer(t, m, a, testConfig().MicroBatchTokens)
+	one := microBatchTrainer(t, m, a, testConfig().MicroBatch)
 	small := microBatchTrainer(t, m, a, 1) // every sequence is longer: each runs alone
 	st1, _ := gradientsAgree(t, one, small, exs)
 	// The same gradient twice: nothing carries over between calls.
@@ -408,7 +408,7 @@ func TestMicroBatchesAccumulate(t *testing.T) {
 func microBatchTrainer(t *testing.T, m *llama.Model, a *llama.Adapter, microBatch int) *Trainer {
 	t.Helper()
 	cfg := testConfig()
-	cfg.MicroBatchTokens = microBatch
+	cfg.MicroBatch = microBatch
 	tr, err := NewLoRATrainer(m, a, cfg)
 	if err != nil {
 		t.Fatal(err)

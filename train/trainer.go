@@ -13,72 +13,91 @@ import (
 	"strings"
 	"time"
 
+	"github.com/confclip/confclip/internal/settings"
 	"github.com/confclip/confclip/llama"
 )
 
-// Config is the optimiser and batching setup.
+// Config is the [train] table: a new adapter's shape, the optimiser, the
+// loss and the batching. Each key has its toml tag here, its default in
+// DefaultConfig and its check in Checks; the fields without a tag come
+// from other tables or from Go callers (pipeline sets them).
 type Config struct {
-	LR          float64 // AdamW learning rate
-	Beta1       float64
-	Beta2       float64
-	Eps         float64
-	WeightDecay float64 // decoupled, as AdamW
-	GradClip    float64 // clip the global gradient norm to this; 0 = off
-	LossAgg     string
-	MaxTokens   int // the rollout's completion limit (seq_mean_token_sum_norm)
-	// MicroBatchTokens bounds the tokens packed into one forward-backward
-	// pass (its activations are the step's memory); the step accumulates
-	// gradients over as many micro-batches as it needs, and a longer
-	// sequence runs alone. 0 = AutoMicroBatch, sized from MemoryBytes.
-	MicroBatchTokens int
-	// MemoryBytes is the memory a pass's activations may take, which sizes
-	// the default micro-batch; 0 = MemoryShare of the memory free where
-	// the pass runs (MemoryBudget).
-	MemoryBytes int64
-	Threads     int
+	// A new adapter (CreateLoRA): its rank, alpha and the matrices it
+	// adapts (a subset of Targets; empty = all).
+	LoraRank    int      `toml:"lora_rank"`
+	LoraAlpha   float64  `toml:"lora_alpha"`
+	Targets     []string `toml:"targets"`
+	LR          float64  `toml:"lr"` // AdamW learning rate
+	Beta1       float64  `toml:"beta1"`
+	Beta2       float64  `toml:"beta2"`
+	Eps         float64  `toml:"eps"`
+	WeightDecay float64  `toml:"weight_decay"` // decoupled, as AdamW
+	GradClip    float64  `toml:"grad_clip"`    // clip the global gradient norm to this; 0 = off
+	// LossAgg is token_mean, seq_mean_token_mean or
+	// seq_mean_token_sum_norm (or grpo, bnpo, dr_grpo, dapo: ParseAggregation).
+	LossAgg string `toml:"loss_agg"`
 	// Iterations is mu, the updates Update makes on one batch (0 = 1).
-	Iterations int
-	// EpsLow and EpsHigh bound the importance ratio to [1-EpsLow,
-	// 1+EpsHigh] (PPO's clip; DAPO's clip-higher); EpsHigh 0 = EpsLow.
-	EpsLow, EpsHigh float64
+	Iterations int `toml:"iterations"`
+	// Epsilon and EpsilonHigh bound the importance ratio to
+	// [1-Epsilon, 1+EpsilonHigh] (PPO's clip; DAPO's clip-higher);
+	// EpsilonHigh 0 = Epsilon.
+	Epsilon     float64 `toml:"epsilon"`
+	EpsilonHigh float64 `toml:"epsilon_high"`
 	// Beta weighs the k3 KL to the reference (the base model without the
 	// adapter); 0 = no KL term and no reference forward.
-	Beta float64
+	Beta float64 `toml:"beta"`
 	// EntropyCoef adds -EntropyCoef times the completion tokens' entropy,
 	// aggregated as the policy-gradient term is (each token's H(p) with its
 	// sequence's factor z_i), to the loss: verl's entropy_coeff, an entropy
 	// bonus for positive values. 0 = no term, and the graph without it.
-	EntropyCoef float64
+	EntropyCoef float64 `toml:"entropy_coef"`
 	// Temperature T takes the log-probs, the entropy and the loss of
 	// softmax(z/T), the distribution the rollout sampled from at
 	// temperature T, as TRL's GRPOTrainer and verl do; 0 or 1 = the model's
 	// own (the graph without the scaling).
-	Temperature float64
+	Temperature float64 `toml:"temperature"`
 	// Schedule (constant, linear, cosine) and WarmupSteps shape the
 	// learning rate over the updates; TotalSteps is the number of updates
 	// the decays end at (a run's steps times Iterations).
-	Schedule    string
-	WarmupSteps int
-	TotalSteps  int
+	Schedule    string `toml:"schedule"`
+	WarmupSteps int    `toml:"warmup_steps"`
+	// MicroBatch bounds the tokens packed into one forward-backward pass
+	// (its activations are the step's memory); the step accumulates
+	// gradients over as many micro-batches as it needs, and a longer
+	// sequence runs alone. 0 = AutoMicroBatch, sized from Memory.
+	MicroBatch int `toml:"micro_batch"`
+	// Memory is the memory a pass's activations may take ("2GiB",
+	// ParseBytes), which sizes the default micro-batch; "" = MemoryShare
+	// of the memory free where the pass runs (MemoryBudget).
+	Memory string `toml:"memory"`
+	// Seed draws a new adapter's A (CreateLoRA).
+	Seed uint64 `toml:"seed"`
+
+	// MaxTokens is the rollout's completion limit (seq_mean_token_sum_norm).
+	MaxTokens  int `toml:"-"`
+	Threads    int `toml:"-"`
+	TotalSteps int `toml:"-"`
 	// Profile times every ggml op of the training context (Trainer.Profile).
-	Profile bool
+	Profile bool `toml:"-"`
 	// UnsharedPrompts gives every sequence its own prompt in a pass. By
 	// default a sequence packed after one with the same leading prompt
 	// tokens (a group's G completions of one prompt) shares them
 	// (llama.PGSeq.Shared): computed once, attended by both, the gradient
 	// the same up to rounding.
-	UnsharedPrompts bool
+	UnsharedPrompts bool `toml:"-"`
 	// keepZeroWeight evaluates the sequences that carry no gradient too
 	// (the tests' plain path, to compare the skip against).
 	keepZeroWeight bool
 }
 
-// DefaultConfig is AdamW with lr 1e-4, clipping at 1, token_mean, the
-// micro-batch sized from the model, and TRL's ratio clip band [0.8, 1.2]
-// (EpsHigh 0 = EpsLow; pipeline's train.epsilon default). A zero-width band
-// would clip every ratio off exactly 1, by the sign of float noise.
+// DefaultConfig is the [train] table's defaults: a rank-8 adapter on every
+// target, AdamW with lr 1e-4, clipping at 1, token_mean, the micro-batch
+// sized from the memory free, and TRL's ratio clip band [0.8, 1.2]
+// (EpsilonHigh 0 = Epsilon). A zero-width band would clip every ratio off
+// exactly 1, by the sign of float noise.
 func DefaultConfig() Config {
-	return Config{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, GradClip: 1, LossAgg: TokenMean, EpsLow: 0.2}
+	return Config{LoraRank: 8, LoraAlpha: 16, Targets: slices.Clone(Targets), LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8,
+		GradClip: 1, LossAgg: TokenMean, Iterations: 1, Epsilon: 0.2, Schedule: "constant", Temperature: 1}
 }
 
 // Example is one completion to learn from.
@@ -208,6 +227,17 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	if err := m.CanTrain(); err != nil {
 		return nil, err
 	}
+	// A Go caller's zero iterations and temperature are their defaults;
+	// then the [train] table's own checks (Checks), the ones Validate runs.
+	if cfg.Iterations <= 0 {
+		cfg.Iterations = 1
+	}
+	if cfg.Temperature == 0 {
+		cfg.Temperature = 1
+	}
+	if err := settings.Run(cfg, stepChecks()); err != nil {
+		return nil, err
+	}
 	agg, err := ParseAggregation(cfg.LossAgg)
 	if err != nil {
 		return nil, err
@@ -216,46 +246,35 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	if agg == AggSeqMeanTokenSumNorm && cfg.MaxTokens <= 0 {
 		return nil, errors.New("loss aggregation seq_mean_token_sum_norm needs the rollout's max tokens")
 	}
-	if cfg.Iterations <= 0 {
-		cfg.Iterations = 1
-	}
-	if cfg.EpsHigh == 0 {
-		cfg.EpsHigh = cfg.EpsLow
-	}
-	if cfg.EpsLow < 0 || cfg.EpsLow >= 1 || cfg.EpsHigh < 0 || cfg.Beta < 0 || cfg.WarmupSteps < 0 {
-		return nil, fmt.Errorf("invalid clip band or KL weight: epsilon %g, epsilon_high %g, beta %g, warm-up %d", cfg.EpsLow, cfg.EpsHigh, cfg.Beta, cfg.WarmupSteps)
+	if cfg.EpsilonHigh == 0 {
+		cfg.EpsilonHigh = cfg.Epsilon
 	}
 	if _, err := ScheduledLR(cfg.Schedule, cfg.LR, 1, cfg.WarmupSteps, cfg.TotalSteps); err != nil {
 		return nil, err
 	}
-	if cfg.LR <= 0 || cfg.Beta1 < 0 || cfg.Beta1 >= 1 || cfg.Beta2 < 0 || cfg.Beta2 >= 1 || cfg.Eps <= 0 || cfg.WeightDecay < 0 || cfg.GradClip < 0 {
-		return nil, fmt.Errorf("invalid optimiser settings %+v", cfg)
-	}
-	if cfg.MemoryBytes < 0 {
-		return nil, fmt.Errorf("invalid memory budget %d bytes", cfg.MemoryBytes)
-	}
-	if cfg.Temperature < 0 || math.IsNaN(cfg.Temperature) || math.IsInf(cfg.Temperature, 0) {
-		return nil, fmt.Errorf("invalid temperature %g: want 0 (the model's own, as 1) or a positive finite number", cfg.Temperature)
+	memory, err := ParseBytes(cfg.Memory)
+	if err != nil {
+		return nil, err
 	}
 	var sizing string
 	var budget int64
 	shape := ModelShape(m)
 	shape.Entropy = cfg.EntropyCoef != 0
 	shape.Temperature = cfg.Temperature != 0 && cfg.Temperature != 1
-	if cfg.MicroBatchTokens <= 0 {
-		b := MemoryBudget(m, cfg.MemoryBytes)
+	if cfg.MicroBatch <= 0 {
+		b := MemoryBudget(m, memory)
 		budget = b.Bytes
-		cfg.MicroBatchTokens = AutoMicroBatch(shape, b.Bytes)
-		n := cfg.MicroBatchTokens
+		cfg.MicroBatch = AutoMicroBatch(shape, b.Bytes)
+		n := cfg.MicroBatch
 		sizing = fmt.Sprintf("micro-batch up to %d tokens: estimated activations %s (the attention's apart; each pass's, with its attention, kept) within a budget of %s (%s)",
 			n, FormatBytes(activationBytes(shape, n, n, attention{})), FormatBytes(b.Bytes), b.Source)
 		if n == MaxAutoMicroBatch {
 			sizing += fmt.Sprintf(", at the cap of %d", MaxAutoMicroBatch)
 		}
 	} else {
-		sizing = fmt.Sprintf("micro-batch %d tokens (train.micro_batch)", cfg.MicroBatchTokens)
+		sizing = fmt.Sprintf("micro-batch %d tokens (train.micro_batch)", cfg.MicroBatch)
 	}
-	t := &Trainer{cfg: cfg, agg: agg, model: m, params: ps, capacity: contextTokens(min(cfg.MicroBatchTokens, initialCapacity)), sizing: sizing, budget: budget, shape: shape}
+	t := &Trainer{cfg: cfg, agg: agg, model: m, params: ps, capacity: contextTokens(min(cfg.MicroBatch, initialCapacity)), sizing: sizing, budget: budget, shape: shape}
 	ctx, err := t.newContext(t.capacity)
 	if err != nil {
 		return nil, err
@@ -291,7 +310,7 @@ func (t *Trainer) Close() error { return t.ctx.Close() }
 // Params are the trained tensors.
 func (t *Trainer) Params() []*llama.Param { return t.params }
 
-// Config is the trainer's configuration (with MicroBatchTokens as used).
+// Config is the trainer's configuration (with MicroBatch as used).
 func (t *Trainer) Config() Config { return t.cfg }
 
 // norms gives each example's factor z_i of the aggregation (0 for a masked
@@ -352,7 +371,7 @@ func (t *Trainer) weights(exs []Example) []float64 {
 }
 
 // microBatches packs examples, in order, into micro-batches of at most
-// MicroBatchTokens tokens (a longer sequence alone, the context grown to
+// MicroBatch tokens (a longer sequence alone, the context grown to
 // hold it), each sequence with its weight w[i] or, where tokenW[i] is
 // given, its tokens' weights. Every example is checked; those with skip[i]
 // are left out (skip may be nil).
@@ -382,7 +401,7 @@ func (t *Trainer) microBatches(exs []Example, w []float64, tokenW, entW [][]floa
 		if len(cur) > 0 && !t.cfg.UnsharedPrompts {
 			seq.Shared = sharedPrefix(cur[len(cur)-1].Tokens, toks, len(e.Prompt)-1)
 		}
-		if n > 0 && (n+len(toks)-seq.Shared > t.cfg.MicroBatchTokens || len(cur) == maxPassSequences || !t.fits(cur, seq)) {
+		if n > 0 && (n+len(toks)-seq.Shared > t.cfg.MicroBatch || len(cur) == maxPassSequences || !t.fits(cur, seq)) {
 			out = append(out, cur)
 			cur, n, seq.Shared = nil, 0, 0
 		}
@@ -450,7 +469,7 @@ func (t *Trainer) gradient(ctx context.Context, exs []Example, z []float64) (Ste
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	start := time.Now()
-	obj := Objective{EpsLow: t.cfg.EpsLow, EpsHigh: t.cfg.EpsHigh, Beta: t.cfg.Beta}
+	obj := Objective{EpsLow: t.cfg.Epsilon, EpsHigh: t.cfg.EpsilonHigh, Beta: t.cfg.Beta}
 	adv := make([]float64, len(exs))
 	var old, ref [][]float32
 	for i, e := range exs {

@@ -40,7 +40,7 @@ func TestObjectiveGradientCheck(t *testing.T) {
 		t.Run(agg, func(t *testing.T) {
 			a := newAdapter(t, m, true)
 			cfg := testConfig()
-			cfg.LossAgg, cfg.EpsLow, cfg.EpsHigh, cfg.Beta = agg, 0.2, 0.28, 0.3
+			cfg.LossAgg, cfg.Epsilon, cfg.EpsilonHigh, cfg.Beta = agg, 0.2, 0.28, 0.3
 			tr, err := NewLoRATrainer(m, a, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -124,7 +124,7 @@ func TestUpdateIterations(t *testing.T) {
 	m := load(t, false)
 	a := newAdapter(t, m, true)
 	cfg := testConfig()
-	cfg.LR, cfg.Iterations, cfg.EpsLow, cfg.WarmupSteps = 5e-2, 3, 0.01, 2
+	cfg.LR, cfg.Iterations, cfg.Epsilon, cfg.WarmupSteps = 5e-2, 3, 0.01, 2
 	tr, err := NewLoRATrainer(m, a, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func TestZeroWeightSequencesSkipped(t *testing.T) {
 	const zero = 5 // advantages 0 (three), masked, every token masked
 	trainer := func(keep bool, iterations int, beta float64) *Trainer {
 		cfg := testConfig()
-		cfg.MicroBatchTokens = 1 // a sequence a pass
+		cfg.MicroBatch = 1 // a sequence a pass
 		cfg.Iterations, cfg.Beta, cfg.keepZeroWeight = iterations, beta, keep
 		tr, err := NewLoRATrainer(m, newAdapter(t, m, true), cfg)
 		if err != nil {

@@ -32,7 +32,7 @@ func init() { Register("command", newCommand) }
 //     shell); on Linux the resident memory of all its processes together is
 //     also watched and the tree killed when it passes Options.MemoryMB;
 //     0 means no limit, a negative limit is an error;
-//   - its whole process tree is killed at Options.Timeout of wall-clock
+//   - its whole process tree is killed at Options.TimeoutMS of wall-clock
 //     time and when it exits: its process group, and on Linux every process
 //     that carries its tag in the environment (which finds descendants that
 //     left the group with setsid or a double fork);
@@ -59,8 +59,8 @@ func newCommand(opts Options) (Verifier, error) {
 		return nil, fmt.Errorf("command: memory limit %d MiB: want 0 (none) or more", opts.MemoryMB)
 	case opts.CPUSeconds < 0:
 		return nil, fmt.Errorf("command: CPU limit %d s: want 0 (none) or more", opts.CPUSeconds)
-	case opts.Timeout <= 0:
-		return nil, fmt.Errorf("command: timeout %v: want a positive time limit", opts.Timeout)
+	case opts.TimeoutMS <= 0:
+		return nil, fmt.Errorf("command: timeout %d ms: want a positive time limit", opts.TimeoutMS)
 	}
 	// Found now rather than failing every verification later.
 	if _, err := exec.LookPath(opts.Command[0]); err != nil {

@@ -44,14 +44,14 @@ func readPID(t *testing.T, path string) int {
 }
 
 func shOpts(script string, timeout time.Duration) Options {
-	return Options{Command: []string{"/bin/sh", "-c", script}, Timeout: timeout}
+	return Options{Command: []string{"/bin/sh", "-c", script}, TimeoutMS: int(timeout.Milliseconds())}
 }
 
 // TestCommandOutputCapped: a checker printing without end (`yes`) costs
 // at most the cap; io.Copy used to call the embedded buffer's ReadFrom and
 // grow it without bound (2.1 GB in the issue).
 func TestCommandOutputCapped(t *testing.T) {
-	v := mustNew(t, "command", Options{Command: []string{"yes"}, Timeout: time.Second})
+	v := mustNew(t, "command", Options{Command: []string{"yes"}, TimeoutMS: 1000})
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

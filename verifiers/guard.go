@@ -17,7 +17,7 @@ func noAnswer(reason string) Result { return Result{Start: -1, End: -1, Reason: 
 // guarded applies the limits every verifier shares, so that no input can
 // crash or hang one:
 //   - completion and reference are capped to opts.MaxBytes (at a rune boundary);
-//   - the check runs under opts.Timeout on top of ctx. When that timeout (and
+//   - the check runs under opts.Timeout() on top of ctx. When that timeout (and
 //     not the caller's ctx) expires, the verdict is score 0 with Reason
 //     "timeout after ..." and no error: a completion that makes the checker
 //     run out of time is a wrong answer, not a bad record. When the caller's
@@ -30,7 +30,7 @@ func guarded(ctx context.Context, opts Options, completion, reference string, ch
 	}
 	completion = capBytes(completion, opts.MaxBytes)
 	reference = capBytes(reference, opts.MaxBytes)
-	tctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	tctx, cancel := context.WithTimeout(ctx, opts.Timeout())
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
@@ -43,7 +43,7 @@ func guarded(ctx context.Context, opts Options, completion, reference string, ch
 			return noAnswer(""), ctx.Err()
 		}
 		if errors.Is(err, context.DeadlineExceeded) && tctx.Err() != nil {
-			return noAnswer(fmt.Sprintf("timeout after %v", opts.Timeout)), nil
+			return noAnswer(fmt.Sprintf("timeout after %v", opts.Timeout())), nil
 		}
 		return res, err
 	}

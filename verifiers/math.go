@@ -21,14 +21,14 @@ type mathVerifier struct {
 
 func newMath(opts Options) (Verifier, error) {
 	names, lastNumber := opts.Extractors, opts.LastNumber
-	if opts.Strict {
+	if opts.strict() {
 		names, lastNumber = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == "last_number" }), false
 	}
 	list, err := extractorList(names, lastNumber)
 	if err != nil {
 		return nil, fmt.Errorf("math: %w", err)
 	}
-	if opts.Strict {
+	if opts.strict() {
 		list = append(list, extractBareNumber)
 	}
 	return &mathVerifier{opts: opts, extractors: list}, nil

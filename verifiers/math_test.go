@@ -75,7 +75,7 @@ func TestMathSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	strict, err := New("math", Options{LastNumber: true, Strict: true})
+	strict, err := New("math", Options{LastNumber: true, Strict: new(true)})
 	if err != nil {
 		t.Fatal(err)
 	}

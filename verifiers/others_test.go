@@ -132,7 +132,7 @@ func TestFormat(t *testing.T) {
 
 func TestCommand(t *testing.T) {
 	sh := func(script string) Options {
-		return Options{Command: []string{"/bin/sh", "-c", script}, Timeout: 5 * time.Second}
+		return Options{Command: []string{"/bin/sh", "-c", script}, TimeoutMS: 5000}
 	}
 	for _, tc := range []struct {
 		name, script string
@@ -156,7 +156,7 @@ func TestCommand(t *testing.T) {
 			o.CPUSeconds, o.MemoryMB = 1, 64
 			// One CPU second can take many wall-clock seconds on a loaded
 			// machine: the CPU limit, not the timeout, must end "cpu limit".
-			o.Timeout = time.Minute
+			o.TimeoutMS = 60000
 			res, err := mustNew(t, "command", o).Verify(context.Background(), "42", "42")
 			if err != nil {
 				t.Fatal(err)
@@ -182,7 +182,7 @@ func TestCommand(t *testing.T) {
 	t.Run("timeout kills the group", func(t *testing.T) {
 		pidFile := filepath.Join(t.TempDir(), "pid")
 		o := sh(`sleep 60 & echo $! > ` + pidFile + `; wait`)
-		o.Timeout = 300 * time.Millisecond
+		o.TimeoutMS = 300
 		start := time.Now()
 		res, err := mustNew(t, "command", o).Verify(context.Background(), "", "")
 		if err != nil {
@@ -284,7 +284,7 @@ func TestGuard(t *testing.T) {
 		t.Error("panic not turned into an error")
 	}
 	slow := func(ctx context.Context, _, _ string) (Result, error) { <-ctx.Done(); return noAnswer(""), ctx.Err() }
-	res, err := guarded(context.Background(), Options{Timeout: 10 * time.Millisecond}.withDefaults(), "", "", slow)
+	res, err := guarded(context.Background(), Options{TimeoutMS: 10}.withDefaults(), "", "", slow)
 	if err != nil || !strings.HasPrefix(res.Reason, "timeout after 10ms") {
 		t.Errorf("timeout: %+v %v", res, err)
 	}

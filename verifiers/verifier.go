@@ -29,31 +29,43 @@ type Verifier interface {
 }
 
 // Options configures the verifiers; each one reads the fields it needs.
+// It is the [verifier] table of the configuration (Config adds the name):
+// a setting of a verifier is a field here with its toml tag, its default in
+// DefaultConfig and its check in Checks, nowhere else.
 type Options struct {
-	Timeout    time.Duration // per verification (default 2s)
-	MaxBytes   int           // completions are capped to this many bytes (default 64 KiB)
-	RelTol     float64       // math: relative tolerance for irrational values (default 1e-6)
-	LastNumber bool          // math: fall back to the last number in the completion
+	TimeoutMS  int     `toml:"timeout_ms"`  // per verification, in milliseconds (0 = 2000)
+	MaxBytes   int     `toml:"max_bytes"`   // completions are capped to this many bytes (0 = 64 KiB)
+	RelTol     float64 `toml:"rel_tol"`     // math: relative tolerance for irrational values (0 = 1e-6)
+	LastNumber bool    `toml:"last_number"` // math: fall back to the last number in the completion
 	// Strict (math) credits an answer in a final-answer form only (boxed,
 	// gsm8k, answer_is, answer_colon) or a completion that is nothing but
 	// a number: no last-number fallback, which a policy trained against
-	// the verifier can learn to game by ending on any number.
-	Strict      bool
-	Extractors  []string // math: extraction priority (default: boxed, gsm8k, answer_is, answer_colon)
-	CaseFold    bool     // exact: ignore case (false here; true in the configuration's defaults)
-	IgnorePunct bool     // exact: ignore punctuation
-	Pattern     string   // format: regular expression the completion must match
-	JSON        bool     // format: the completion must be a JSON value
-	Command     []string // command: argv, no shell
-	MemoryMB    int      // command: address-space limit
-	CPUSeconds  int      // command: CPU-time limit
+	// the verifier can learn to game by ending on any number. Unset (nil)
+	// is false here; run and experiment make it true
+	// (pipeline.TrainingDefaults).
+	Strict      *bool    `toml:"strict"`
+	Extractors  []string `toml:"extractors"`   // math: extraction priority (default: boxed, gsm8k, answer_is, answer_colon)
+	CaseFold    bool     `toml:"case_fold"`    // exact: ignore case (false here; true in DefaultConfig)
+	IgnorePunct bool     `toml:"ignore_punct"` // exact: ignore punctuation
+	Pattern     string   `toml:"pattern"`      // format: regular expression the completion must match
+	JSON        bool     `toml:"json"`         // format: the completion must be a JSON value
+	Command     []string `toml:"command"`      // command: argv, no shell
+	MemoryMB    int      `toml:"memory_mb"`    // command: address-space limit (0 = none)
+	CPUSeconds  int      `toml:"cpu_seconds"`  // command: CPU-time limit (0 = none)
 }
 
-// Defaults applied by New to zero fields of Options.
+// Timeout is TimeoutMS as a duration.
+func (o Options) Timeout() time.Duration { return time.Duration(o.TimeoutMS) * time.Millisecond }
+
+// strict is Strict with nil as false.
+func (o Options) strict() bool { return o.Strict != nil && *o.Strict }
+
+// Defaults applied by New to zero fields of Options; DefaultConfig has
+// them too.
 const (
-	DefaultTimeout  = 2 * time.Second
-	DefaultMaxBytes = 64 << 10
-	DefaultRelTol   = 1e-6
+	DefaultTimeoutMS = 2000
+	DefaultMaxBytes  = 64 << 10
+	DefaultRelTol    = 1e-6
 )
 
 // DefaultExtractors is the math extraction priority when Options.Extractors
@@ -62,8 +74,8 @@ var DefaultExtractors = []string{"boxed", "gsm8k", "answer_is", "answer_colon"}
 
 // withDefaults fills the zero fields of o.
 func (o Options) withDefaults() Options {
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
+	if o.TimeoutMS <= 0 {
+		o.TimeoutMS = DefaultTimeoutMS
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultMaxBytes
@@ -101,7 +113,7 @@ func New(name string, opts Options) (Verifier, error) {
 // answer the model gave before the cut, not the last number of a text that
 // stopped mid-way. The other verifiers have no fallback and are New's.
 func NewTruncated(name string, opts Options) (Verifier, error) {
-	opts.Strict = true
+	opts.Strict = new(true)
 	return New(name, opts)
 }
 

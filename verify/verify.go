@@ -17,7 +17,6 @@ import (
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/pipeline"
-	"github.com/confclip/confclip/scoring"
 	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/verifiers"
 )
@@ -41,8 +40,8 @@ func toResult(r verifiers.Result) Result {
 
 // One checks one completion against a reference answer with the
 // verifier the [verifier] table names.
-func One(ctx context.Context, vc scoring.VerifierConfig, completion, answer string) (Result, error) {
-	v, err := verifiers.New(vc.Name, scoring.VerifierOptions(vc))
+func One(ctx context.Context, vc verifiers.Config, completion, answer string) (Result, error) {
+	v, err := vc.New()
 	if err != nil {
 		return Result{}, err
 	}
@@ -55,7 +54,7 @@ func One(ctx context.Context, vc scoring.VerifierConfig, completion, answer stri
 
 // FileOptions say what File checks and where the results go.
 type FileOptions struct {
-	Verifier scoring.VerifierConfig
+	Verifier verifiers.Config
 	In       string // JSONL lines with string fields "answer" and "completion"
 	// Out receives one Result a line, in input order, written
 	// atomically; when "", they go to W.
@@ -163,7 +162,7 @@ func (o FileOptions) verifier() (v verifiers.Verifier, jobs int, err error) {
 	if o.Jobs < 0 || o.Jobs > pipeline.MaxJobs {
 		return nil, 0, fmt.Errorf("jobs = %d: want 0 (the cores) to %d", o.Jobs, pipeline.MaxJobs)
 	}
-	if v, err = verifiers.New(o.Verifier.Name, scoring.VerifierOptions(o.Verifier)); err != nil {
+	if v, err = o.Verifier.New(); err != nil {
 		return nil, 0, err
 	}
 	jobs = o.Jobs

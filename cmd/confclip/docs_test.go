@@ -243,7 +243,7 @@ func writeDocFixtures(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"A.gguf", "step3.gguf"} {
-		if err := train.CreateLoRA(m, name, train.LoRAConfig{Rank: 2, Alpha: 4, Seed: 1}); err != nil {
+		if err := train.CreateLoRA(m, name, train.Config{LoraRank: 2, LoraAlpha: 4, Seed: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

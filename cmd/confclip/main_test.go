@@ -330,7 +330,7 @@ func TestAdapterExportBaseModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = train.CreateLoRA(m, adapter, train.LoRAConfig{Rank: 2, Alpha: 4, Seed: 1})
+	err = train.CreateLoRA(m, adapter, train.Config{LoraRank: 2, LoraAlpha: 4, Seed: 1})
 	m.Close()
 	if err != nil {
 		t.Fatal(err)

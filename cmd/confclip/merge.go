@@ -8,9 +8,9 @@ import (
 
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/internal/english"
+	"github.com/confclip/confclip/merge"
 	"github.com/confclip/confclip/reporting"
 	"github.com/confclip/confclip/shard"
-	"github.com/confclip/confclip/shard/merge"
 	"github.com/urfave/cli/v3"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // TestRealModelsCommands runs the commands a user runs on the real

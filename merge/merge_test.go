@@ -15,10 +15,10 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/internal/atomicfile"
-	"github.com/confclip/confclip/internal/pipelinetest"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/shard"
 	"github.com/confclip/confclip/teacherforce"
+	"github.com/confclip/confclip/testkit/pipelinetest"
 	"github.com/confclip/confclip/verify"
 )
 

@@ -1,5 +1,5 @@
 // Package pipelinetest holds the fixtures of the tests of the packages built
-// on pipeline (experiments, shard/merge): the tiny generated model with a
+// on pipeline (experiments, merge): the tiny generated model with a
 // prompt file, and a short run's configuration (testutil.RunFixture, which
 // pipeline's own tests load too).
 package pipelinetest
@@ -7,8 +7,8 @@ package pipelinetest
 import (
 	"testing"
 
-	"github.com/confclip/confclip/internal/testutil"
 	"github.com/confclip/confclip/pipeline"
+	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // Fixture writes the tiny generated model and a prompt file of the given
