@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/confclip/confclip/llama"
@@ -108,5 +109,19 @@ func TestCPUVariantsAgree(t *testing.T) {
 	}
 	if ran < 2 {
 		t.Errorf("only %d of the variants %v ran on this CPU: want the baseline x64 and the chosen one at least", ran, built)
+	}
+}
+
+// TestNoAMXKernels: no build carries ggml's AMX kernels. On a CPU with
+// AMX-INT8, a native build with them took Q4_0, Q4_1, Q8_0 and K-quant
+// weights into ggml's AMX buffer and died with SIGSEGV in
+// ggml_backend_amx_mul_mat on the first forward pass of SmolLM2's Q4_1
+// file (llama.cpp issue 20824): CMakeLists.txt compiles the CPU backend
+// with -mno-amx-*. The system line says which kernels were compiled in,
+// whatever the CPU.
+func TestNoAMXKernels(t *testing.T) {
+	info := llama.SystemInfo()
+	if strings.Contains(info, "AMX_INT8 = 1") {
+		t.Fatalf("the build carries ggml's AMX kernels (llama.cpp issue 20824):\n%s", info)
 	}
 }
