@@ -231,7 +231,7 @@ if [ "$mode" = check ]; then
   fi
   # Vulkan also runs on GPUs of other makers: the bundle's binary says.
   if [ -n "$gpu_reason" ] && [ "$backend" = VULKAN ] && unpacked &&
-    timeout 60 "$BIN" version 2>/dev/null | grep -q '(gpu, Vulkan backend)'; then
+    timeout 60 "$BIN" version 2>/dev/null | grep '(gpu, Vulkan backend)' >/dev/null; then
     gpu_reason=''
   fi
 fi
