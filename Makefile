@@ -58,12 +58,14 @@ BACKEND_LIBS :=
 SYSTEM_LIBS  :=
 # CUDA: the system's toolkit (/usr/local/cuda) when it has nvcc, else CUDA
 # 13.0 from the package index's wheels, laid down by scripts/cuda-toolkit.sh
-# in build/cuda-13.0 (no driver stub there: ggml's pool then grows without
-# virtual memory mappings, GGML_CUDA_NO_VMM). CUDA_ARCHS are the GPUs the
-# binary carries machine code for (A100, A10/RTX 30, L4/RTX 40, H100/H200).
+# in the user's cache, shared by every clone (CUDA_WHEEL_ROOT; no driver stub
+# there: ggml's pool then grows without virtual memory mappings,
+# GGML_CUDA_NO_VMM). CUDA_ARCHS are the GPUs the binary carries machine code
+# for (A100, A10/RTX 30, L4/RTX 40, H100/H200).
 CUDA_ARCHS  ?= 80-real;86-real;89-real;90-real
-CUDA_HOME   ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,$(CURDIR)/build/cuda-13.0)
-CUDA_WHEELS := $(if $(filter $(CURDIR)/build/cuda-13.0,$(CUDA_HOME)),1)
+CUDA_WHEEL_ROOT := $(or $(CONFCLIP_CUDA_ROOT),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/confclip/cuda-13.0)
+CUDA_HOME   ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,$(CUDA_WHEEL_ROOT))
+CUDA_WHEELS := $(if $(filter $(CUDA_WHEEL_ROOT),$(CUDA_HOME)),1)
 CUDA_CMAKE  :=
 ifeq ($(GGML_CUDA),ON)
 BACKEND_LIBS += ggml-cuda
@@ -187,7 +189,7 @@ bin/confclip-cuda: $(LIBS) FORCE
 	@mkdir -p bin
 	$(GO) build $(GOFLAGS_LD) -o bin/confclip-cuda ./cmd/confclip
 
-# CUDA 13.0 from the package index into build/cuda-13.0 (scripts/cuda-toolkit.sh).
+# CUDA 13.0 from the package index into the user's cache (scripts/cuda-toolkit.sh).
 cuda-toolkit:
 	@bash scripts/cuda-toolkit.sh >/dev/null
 
