@@ -14,6 +14,7 @@ import (
 
 	"github.com/confclip/confclip/internal/atomicfile"
 	"github.com/confclip/confclip/internal/jsonnull"
+	"github.com/confclip/confclip/internal/settings"
 	"github.com/confclip/confclip/metrics"
 	"github.com/confclip/confclip/pipeline"
 	"github.com/confclip/confclip/reporting"
@@ -35,41 +36,42 @@ type ExperimentResult struct {
 // experiment.starts, the grid is run from each start in
 // OUT/START/ARM/seed-N (pre-training seed starts are trained first, into
 // OUT/starts, and reused while their settings match). Progress, when set,
-// receives a pipeline.ExperimentRun event as each run starts, then that run's own
+// receives an ArmRun event as each run starts, then that run's own
 // events (RunStage, RunStepDone, RunNote).
-func Experiment(ctx context.Context, cfg pipeline.Config, progress func(pipeline.Event)) (ExperimentResult, error) {
+func Experiment(ctx context.Context, f File, progress func(pipeline.Event)) (ExperimentResult, error) {
 	if progress == nil {
 		progress = func(pipeline.Event) {}
 	}
-	cfg = pipeline.TrainingDefaults(cfg)
+	cfg := pipeline.TrainingDefaults(f.Config)
+	grid := f.Experiment
 	res := ExperimentResult{Dir: cfg.Run.Out}
-	arms, err := experimentArms(cfg)
+	arms, err := gridArms(grid)
 	if err != nil {
 		return res, err
 	}
-	starts := cfg.Experiment.Starts
+	starts := grid.Starts
 	if len(starts) == 0 {
-		starts = []pipeline.Start{{Path: cfg.Model.Path}}
+		starts = []Start{{Path: cfg.Model.Path}}
 	}
 	// Start-major, then seed-major order: an interrupted experiment holds
 	// whole pairs.
 	armRes := make([]reporting.ArmResult, len(arms))
 	all := make([][][]metrics.Step, len(arms))
 	for _, start := range starts {
-		model, err := startModel(ctx, cfg, start, progress)
+		model, err := startModel(ctx, cfg, grid, start, progress)
 		if err != nil {
 			return res, fmt.Errorf("experiment: start %s: %w", start.Name(), err)
 		}
 		startName, base := "", cfg.Run.Out
-		if len(cfg.Experiment.Starts) > 0 {
+		if len(grid.Starts) > 0 {
 			startName, base = start.Name(), filepath.Join(cfg.Run.Out, start.Name())
 		}
 		before := "" // a finished run of this start whose step-0 evaluation the others reuse
-		for _, seed := range cfg.Experiment.Seeds {
+		for _, seed := range grid.Seeds {
 			for ai, arm := range arms {
 				c := armConfig(cfg, model, base, arm, seed)
 				_, statErr := os.Stat(filepath.Join(c.Run.Out, pipeline.RunConfigFile))
-				progress(pipeline.ExperimentRun{Start: startName, Arm: arm.Name, Seed: seed, Dir: c.Run.Out})
+				progress(ArmRun{Start: startName, Arm: arm.Name, Seed: seed, Dir: c.Run.Out})
 				r, err := pipeline.Run(ctx, pipeline.RunOptions{Config: c, Resume: statErr == nil, Progress: progress, BeforeFrom: before, Plot: reporting.RunPlots})
 				if err != nil {
 					return res, fmt.Errorf("experiment %s%s seed %d: %w", startPrefix(startName), arm.Name, seed, err)
@@ -92,46 +94,52 @@ func Experiment(ctx context.Context, cfg pipeline.Config, progress func(pipeline
 		ar.Rows = reporting.AverageRows(all[ai])
 		res.Arms = append(res.Arms, ar)
 	}
-	res.Table = reporting.ExperimentTable(res.Arms, len(cfg.Experiment.Seeds)) + "\n" + reporting.PairedTable(res.Arms)
-	if len(cfg.Experiment.Starts) > 0 {
+	res.Table = reporting.ExperimentTable(res.Arms, len(grid.Seeds)) + "\n" + reporting.PairedTable(res.Arms)
+	if len(grid.Starts) > 0 {
 		res.Table += "\n" + reporting.RunsTable(res.Arms) + "\n" + reporting.VarianceTable(res.Arms)
 	}
 	err = res.write(cfg.Run.Out)
 	return res, err
 }
 
-// experimentArms checks the grid and returns its arms.
-func experimentArms(cfg pipeline.Config) ([]pipeline.Arm, error) {
-	if len(cfg.Experiment.Arms) == 0 || len(cfg.Experiment.Seeds) == 0 {
+// gridArms checks the grid ([experiment]'s rows) and returns its arms.
+func gridArms(grid Config) ([]Arm, error) {
+	if len(grid.Arms) == 0 || len(grid.Seeds) == 0 {
 		return nil, errors.New("experiment: no arms or no seeds ([experiment] arms, seeds)")
 	}
-	var arms []pipeline.Arm
-	for _, n := range cfg.Experiment.Arms {
-		a, err := pipeline.ArmByName(n)
-		if err != nil {
-			return nil, fmt.Errorf("experiment: %w", err)
-		}
-		arms = append(arms, a)
-	}
-	if err := pipeline.CheckStarts(cfg.Experiment); err != nil {
+	if err := settings.Run(grid, Checks()); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
+	}
+	arms := make([]Arm, len(grid.Arms))
+	for i, n := range grid.Arms {
+		arms[i], _ = ArmByName(n) // checked above
 	}
 	return arms, nil
 }
 
+// ArmRun is sent as an experiment starts (or resumes) one arm's run with
+// one seed (from Start, with experiment.starts), in Dir.
+type ArmRun struct {
+	pipeline.EventBase
+	Start string
+	Arm   string
+	Seed  uint64
+	Dir   string
+}
+
 // armConfig is the configuration of one run of the grid: the arm's reward
 // and advantage, the seed, from the start's model, in base/ARM/seed-N.
-func armConfig(cfg pipeline.Config, model, base string, arm pipeline.Arm, seed uint64) pipeline.Config {
+func armConfig(cfg pipeline.Config, model, base string, arm Arm, seed uint64) pipeline.Config {
 	c := cfg
 	c.Model.Path = model
 	c.Reward.Method, c.Advantage.Estimator, c.Advantage.Scale = arm.Reward, arm.Advantage, arm.Scale
 	c.Reward.SelfCertaintyWeight = arm.SelfCertaintyWeight
 	c.Train.EntropyCoef = arm.EntropyCoef
 	c.Rollout.Seed, c.Train.Seed = seed, seed
+	// The run's folder names its arm and seed; its config.toml holds the
+	// run's tables, not the grid, so an experiment given more seeds, arms
+	// or starts resumes its finished runs.
 	c.Run.Out = filepath.Join(base, arm.Name, fmt.Sprintf("seed-%d", seed))
-	// A run records its own arm and seed, not the grid's: an experiment
-	// given more seeds, arms or starts resumes its finished runs.
-	c.Experiment = pipeline.ExperimentConfig{Arms: []string{arm.Name}, Seeds: []uint64{seed}}
 	return c
 }
 
@@ -243,11 +251,10 @@ const startEmbd, startLayers, startHeads = 64, 2, 4
 // startModel is the model file of a start: its path, or for a pre-training
 // seed the model pre-trained on experiment.corpus (as confclip pretrain
 // --seed N with the experiment's settings), cached in run.out/starts.
-func startModel(ctx context.Context, cfg pipeline.Config, s pipeline.Start, progress func(pipeline.Event)) (string, error) {
+func startModel(ctx context.Context, cfg pipeline.Config, e Config, s Start, progress func(pipeline.Event)) (string, error) {
 	if s.Path != "" {
 		return s.Path, nil
 	}
-	e := cfg.Experiment
 	raw, err := os.ReadFile(e.Corpus)
 	if err != nil {
 		return "", err

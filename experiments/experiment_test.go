@@ -3,6 +3,7 @@ package experiments
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,9 +18,9 @@ import (
 
 // experimentFixture is runFixture's model and data as a two-arm, one-seed
 // experiment of one step with an evaluation before and after.
-func experimentFixture(t *testing.T) pipeline.Config {
+func experimentFixture(t *testing.T) File {
 	t.Helper()
-	cfg := pipelinetest.RunFixture(t)
+	cfg := File{Config: pipelinetest.RunFixture(t), Experiment: DefaultConfig()}
 	cfg.Run.Steps, cfg.Run.EvalEvery = 1, 1
 	cfg.Experiment.Arms = []string{"binary_grpo", "confclip_grpo"}
 	cfg.Experiment.Seeds = []uint64{1}
@@ -105,7 +106,7 @@ func TestExperimentStarts(t *testing.T) {
 	if err := os.WriteFile(corpus, []byte(strings.Join(texts, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Experiment.Starts = []pipeline.Start{{Seed: 7}, {Path: cfg.Model.Path}}
+	cfg.Experiment.Starts = []Start{{Seed: 7}, {Path: cfg.Model.Path}}
 	cfg.Experiment.Corpus = corpus
 	cfg.Experiment.PretrainSteps, cfg.Experiment.PretrainBatch = 3, 4
 	cfg.Experiment.Seeds = []uint64{1, 2}
@@ -186,22 +187,22 @@ func TestExperimentStarts(t *testing.T) {
 // the key.
 func TestStartsConfig(t *testing.T) {
 	dir := t.TempDir()
-	load := func(body string) (pipeline.Config, error) {
+	load := func(body string) (File, error) {
 		path := filepath.Join(dir, "c.toml")
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return pipeline.LoadConfig(path)
+		return LoadFile(path)
 	}
 	cfg, err := load("[experiment]\nstarts = [3, \"models/a.gguf\"]\ncorpus = \"c.txt\"\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []pipeline.Start{{Seed: 3}, {Path: "models/a.gguf"}}
+	want := []Start{{Seed: 3}, {Path: "models/a.gguf"}}
 	if len(cfg.Experiment.Starts) != 2 || cfg.Experiment.Starts[0] != want[0] || cfg.Experiment.Starts[1] != want[1] {
 		t.Fatalf("starts %+v, want %+v", cfg.Experiment.Starts, want)
 	}
-	if err := pipeline.CheckStarts(cfg.Experiment); err != nil {
+	if err := checkStarts(cfg.Experiment); err != nil {
 		t.Errorf("valid starts: %v", err)
 	}
 	for _, tc := range []struct{ body, want string }{
@@ -214,20 +215,20 @@ func TestStartsConfig(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		e    pipeline.ExperimentConfig
+		e    Config
 		want string
 	}{
-		{pipeline.ExperimentConfig{Starts: []pipeline.Start{{Seed: 1}}, PretrainSteps: 1, PretrainBatch: 1, PretrainLR: 1e-3}, "experiment.corpus"},
-		{pipeline.ExperimentConfig{Starts: []pipeline.Start{{Path: "a/m.gguf"}, {Path: "b/m.gguf"}}}, "same name \"m\""},
-		{pipeline.ExperimentConfig{Starts: []pipeline.Start{{Seed: 1}}, Corpus: "c", PretrainSteps: 0, PretrainBatch: 1, PretrainLR: 1e-3}, "pretrain_steps"},
-		{pipeline.ExperimentConfig{Starts: []pipeline.Start{{Seed: 1}}, Corpus: "c", PretrainSteps: 1, PretrainBatch: 1, PretrainLR: math.NaN()}, "pretrain_lr"},
+		{Config{Starts: []Start{{Seed: 1}}, PretrainSteps: 1, PretrainBatch: 1, PretrainLR: 1e-3}, "experiment.corpus"},
+		{Config{Starts: []Start{{Path: "a/m.gguf"}, {Path: "b/m.gguf"}}}, "same name \"m\""},
+		{Config{Starts: []Start{{Seed: 1}}, Corpus: "c", PretrainSteps: 0, PretrainBatch: 1, PretrainLR: 1e-3}, "pretrain_steps"},
+		{Config{Starts: []Start{{Seed: 1}}, Corpus: "c", PretrainSteps: 1, PretrainBatch: 1, PretrainLR: math.NaN()}, "pretrain_lr"},
 	} {
-		if err := pipeline.CheckStarts(tc.e); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := checkStarts(tc.e); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error mentioning %q", tc.e, err, tc.want)
 		}
 	}
 	// A start's value as the run folder records it reads back the same.
-	b, err := pipeline.Start{Path: "x \"y\".gguf"}.MarshalTOML()
+	b, err := Start{Path: "x \"y\".gguf"}.MarshalTOML()
 	if err != nil || string(b) != `"x \"y\".gguf"` {
 		t.Errorf("MarshalTOML: %s, %v", b, err)
 	}
@@ -255,8 +256,8 @@ func TestVarComponents(t *testing.T) {
 // runs the demo's RL settings from pre-training seeds with the demo's
 // pre-training settings (make demo: --steps 800 --batch 16 --lr 3e-3).
 func TestExperimentExamples(t *testing.T) {
-	load := func(name string) pipeline.Config {
-		cfg, err := pipeline.LoadConfig(filepath.Join("..", "examples", name))
+	load := func(name string) File {
+		cfg, err := LoadFile(filepath.Join("..", "examples", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,5 +282,73 @@ func TestExperimentExamples(t *testing.T) {
 		if s.Path != "" {
 			t.Errorf("experiment-starts.toml: start %q, want pre-training seeds", s.Path)
 		}
+	}
+}
+
+// TestShippedConfigsValidate: the example configurations load and pass
+// Validate (a check that rejected them would be wrong, or they would be).
+func TestShippedConfigsValidate(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("..", "examples", "*.toml"))
+	files = append(files, filepath.Join("..", "docs", "example.toml"))
+	for _, f := range files {
+		cfg, err := LoadFile(f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestValidateGrid: an unknown arm and a bad start are refused by the
+// file's Validate, each naming its key, beside a problem of a run table;
+// the defaults pass.
+func TestValidateGrid(t *testing.T) {
+	if err := DefaultFile().Validate(); err != nil {
+		t.Fatalf("the defaults do not validate: %v", err)
+	}
+	f := DefaultFile()
+	f.Experiment.Arms = []string{"binary_grpo", "binary_grp"}
+	f.Experiment.Starts = []Start{{Seed: 1}}
+	f.Train.LR = math.NaN()
+	err := f.Validate()
+	for _, want := range []string{`experiment.arms: unknown arm "binary_grp", did you mean "binary_grpo"?`, "experiment.corpus", "train.lr: NaN"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v, want an error containing %q", err, want)
+		}
+	}
+	// The experiment refuses the grid before it runs anything.
+	f = DefaultFile()
+	f.Experiment.Arms = []string{"binary_grp"}
+	f.Run.Out = filepath.Join(t.TempDir(), "exp")
+	if _, err := Experiment(context.Background(), f, nil); err == nil || !strings.Contains(err.Error(), "experiment.arms") {
+		t.Errorf("Experiment with an unknown arm: %v", err)
+	}
+	if _, err := os.Stat(f.Run.Out); !os.IsNotExist(err) {
+		t.Errorf("the experiment folder was made (%v)", err)
+	}
+}
+
+// TestLoadFileUnknownKey: a key neither a run table nor [experiment] has
+// names itself and the nearest key; a run's own loader does not take
+// [experiment] (pipeline.LoadConfig reads a run's tables only).
+func TestLoadFileUnknownKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(path, []byte("[experiment]\narm = [\"binary_grpo\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(path); err == nil || !strings.Contains(err.Error(), `unknown key experiment.arm, did you mean "experiment.arms"?`) || !errors.Is(err, pipeline.ErrConfig) {
+		t.Errorf("LoadFile: %v, want the unknown key and its nearest", err)
+	}
+	if err := os.WriteFile(path, []byte("[experiment]\narms = [\"binary_grpo\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFile(path); err != nil {
+		t.Errorf("LoadFile: %v", err)
+	}
+	if _, err := pipeline.LoadConfig(path); err == nil || !strings.Contains(err.Error(), "experiment.arms") {
+		t.Errorf("pipeline.LoadConfig: %v, want experiment.arms unknown", err)
 	}
 }

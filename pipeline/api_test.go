@@ -16,19 +16,15 @@ import (
 	"github.com/confclip/confclip/testkit/testutil"
 )
 
-// apiFixture writes the tiny generated model and a prompt file whose lines
-// are given, and returns a config for it.
+// apiFixture is testutil.StageFixture, loaded as a user's config is (as
+// pipelinetest.Fixture, which pipeline's tests cannot import, does).
 func apiFixture(t *testing.T, lines ...string) (Config, string) {
 	t.Helper()
-	dir := t.TempDir()
-	data := testutil.WriteLines(t, dir, "prompts.jsonl", lines...)
-	cfg := DefaultConfig()
-	cfg.Model.Path = testutil.TinyModel(t, dir)
-	cfg.Model.Ctx = 128
-	cfg.Rollout.Group = 3
-	cfg.Rollout.MaxTokens = 5
-	cfg.Verifier.Name = "format"
-	cfg.Verifier.Pattern = `(?s).*` // every completion is right
+	path, data := testutil.StageFixture(t, lines...)
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return cfg, data
 }
 

@@ -84,16 +84,12 @@ type RunStepDone struct {
 // training, a resume).
 type RunNote struct{ Text string }
 
-// ExperimentRun is sent as an experiment starts (or resumes) one arm's run
-// with one seed (from Start, with experiment.starts), in Dir.
-type ExperimentRun struct {
-	Start string
-	Arm   string
-	Seed  uint64
-	Dir   string
-}
+// EventBase makes a type of another package an Event: a package whose
+// stages run pipeline's and report through the same Progress function
+// (experiments) embeds it in its own events.
+type EventBase struct{}
 
-func (ExperimentRun) isEvent()        {}
+func (EventBase) isEvent()            {}
 func (RolloutProgress) isEvent()      {}
 func (TeacherForceProgress) isEvent() {}
 func (TrainProgress) isEvent()        {}

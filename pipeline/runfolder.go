@@ -11,7 +11,6 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/confclip/confclip/dataset"
-	"github.com/confclip/confclip/internal/settings"
 	"github.com/confclip/confclip/metrics"
 )
 
@@ -81,15 +80,6 @@ func flatConfig(cfg Config) (map[string]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// configKeyNames lists every key of Config as "table.key", for suggestions.
-func configKeyNames() []string {
-	var out []string
-	for _, k := range settings.Keys(Config{}) {
-		out = append(out, k.Name)
-	}
-	return out
 }
 
 // checkRunFiles checks, before a run folder is made, that the files the

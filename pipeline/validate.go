@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"regexp"
 	"slices"
@@ -150,57 +149,20 @@ var checks = slices.Concat([]check{
 	atLeast("run.steps", func(c Config) int { return c.Run.Steps }, 1, "want at least 1 step"),
 	atLeast("run.prompts_per_step", func(c Config) int { return c.Run.PromptsPerStep }, 1, "want at least 1 prompt per step"),
 	atLeast("run.eval_every", func(c Config) int { return c.Run.EvalEvery }, 0, "want 0 (never) or a number of steps"),
-
-	{Key: "experiment.arms", Accepts: func() string {
-		var names []string
-		for _, a := range Arms {
-			names = append(names, a.Name)
-		}
-		return "arms of " + strings.Join(names, ", ")
-	}, Test: func(c Config) error {
-		var errs []error
-		for _, arm := range c.Experiment.Arms {
-			if _, err := ArmByName(arm); err != nil {
-				errs = append(errs, refuse("experiment.arms", "%v", err))
-			}
-		}
-		return errors.Join(errs...)
-	}},
-	{Key: "experiment.starts", Accepts: text("distinct names; with a seed, experiment.corpus and pre-training settings of at least 1 step, 1 text, a positive rate"), Test: func(c Config) error {
-		return CheckStarts(c.Experiment)
-	}},
 })
 
 // Accepts is what Validate accepts for a key, in words ("" when it does
 // not check the key): the commands' help shows it beside a config flag.
-func Accepts(key string) string {
-	var out []string
-	for _, ck := range checks {
-		if ck.Key == key {
-			out = append(out, ck.Accepts())
-		}
-	}
-	return strings.Join(out, "; ")
-}
+func Accepts(key string) string { return settings.Accepts(checks, key) }
+
+// Checks is Validate's table, for a configuration that holds Config
+// (experiments.File) to lift into its own.
+func Checks() []settings.Check[Config] { return slices.Clone(checks) }
 
 // CheckedValues is Validate's table as Markdown, one row per key with what
-// it accepts: docs/config.md holds it (a test keeps the two the same).
-func CheckedValues() string {
-	var b strings.Builder
-	b.WriteString("| key | accepts |\n|---|---|\n")
-	var keys []string
-	accepts := map[string][]string{}
-	for _, ck := range checks {
-		if _, seen := accepts[ck.Key]; !seen {
-			keys = append(keys, ck.Key)
-		}
-		accepts[ck.Key] = append(accepts[ck.Key], ck.Accepts())
-	}
-	for _, k := range keys {
-		fmt.Fprintf(&b, "| %s | %s |\n", k, strings.Join(accepts[k], "; "))
-	}
-	return b.String()
-}
+// it accepts (docs/config.md holds experiments.CheckedValues, this table
+// with the [experiment] rows after it).
+func CheckedValues() string { return settings.Table(checks) }
 
 // didYouMean suggests the known name nearest to v, or "".
 func didYouMean(v string, known []string) string { return settings.DidYouMean(v, known) }

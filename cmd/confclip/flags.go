@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/confclip/confclip/experiments"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -168,7 +169,8 @@ func join(lists ...[]cli.Flag) []cli.Flag {
 // loadConfig reads --config (or the defaults) and applies every config flag
 // of the command that was given on the command line.
 func loadConfig(c *cli.Command) (pipeline.Config, error) {
-	return loadConfigFile(c, c.String("config"))
+	f, err := loadFile(c, c.String("config"))
+	return f.Config, err
 }
 
 // openModel is the preamble of the commands that need the model: the
@@ -183,17 +185,20 @@ func openModel(c *cli.Command) (pipeline.Config, *pipeline.Model, error) {
 	return cfg, m, err
 }
 
-func loadConfigFile(c *cli.Command, path string) (pipeline.Config, error) {
-	cfg, err := pipeline.LoadConfig(path)
+// loadFile reads a configuration file (every command reads the same
+// format: a run's tables and [experiment], experiments.File) and applies
+// the command's config flags that were given.
+func loadFile(c *cli.Command, path string) (experiments.File, error) {
+	f, err := experiments.LoadFile(path)
 	if err != nil {
-		return cfg, err
+		return f, err
 	}
-	for _, f := range c.Flags {
-		if set, ok := setters[f]; ok && c.IsSet(f.Names()[0]) {
-			set(c, &cfg)
+	for _, fl := range c.Flags {
+		if set, ok := setters[fl]; ok && c.IsSet(fl.Names()[0]) {
+			set(c, &f.Config)
 		}
 	}
-	return cfg, nil
+	return f, nil
 }
 
 // unescape turns \n, \t and \\ into newline, tab and backslash; nothing

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/confclip/confclip/experiments"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -120,7 +121,7 @@ func (r *renderer) event(e pipeline.Event) {
 			m.Step, e.Steps, m.Accuracy, ev, m.MeanReward, m.ZeroStdFrac, m.ZeroStdFracBinary, m.MeanTokens, update, m.TokensPerS, m.StepS, e.ETA.Round(time.Second)))
 	case pipeline.RunNote:
 		r.line(e.Text)
-	case pipeline.ExperimentRun:
+	case experiments.ArmRun:
 		start := ""
 		if e.Start != "" {
 			start = "start " + e.Start + ", "

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confclip/confclip/experiments"
 	"github.com/confclip/confclip/pipeline"
 )
 
@@ -22,5 +23,16 @@ func TestRenderEvalProgress(t *testing.T) {
 	r.event(pipeline.EvalProgress{Phase: "sampled", Groups: 5, Total: 10, Elapsed: time.Second})
 	if got, want := b.String(), "eval: 5/10 prompts (sampled), ETA 1s\n"; got != want {
 		t.Fatalf("eval: %q, want %q", got, want)
+	}
+}
+
+// TestRenderArmRun: an experiment's event for each run (an experiments
+// type that is a pipeline.Event through pipeline.EventBase) is a line.
+func TestRenderArmRun(t *testing.T) {
+	var b strings.Builder
+	r := newRenderer(&b)
+	r.event(experiments.ArmRun{Start: "pretrain-seed-7", Arm: "binary_grpo", Seed: 2, Dir: "out/b/seed-2"})
+	if got, want := b.String(), "== start pretrain-seed-7, binary_grpo, seed 2 -> out/b/seed-2\n"; got != want {
+		t.Fatalf("%q, want %q", got, want)
 	}
 }

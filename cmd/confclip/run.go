@@ -48,15 +48,15 @@ func stageFlags() []cli.Flag {
 }
 
 // runConfig reads CONFIG.toml (the argument, or --config) and the overrides.
-func runConfig(c *cli.Command) (pipeline.Config, error) {
+func runConfig(c *cli.Command) (experiments.File, error) {
 	path := c.String("config")
 	switch {
 	case c.NArg() == 1:
 		path = c.Args().First()
 	case c.NArg() > 1 || path == "":
-		return pipeline.Config{}, cli.Exit(c.Name+": give one CONFIG.toml (as the argument or with --config)", 2)
+		return experiments.File{}, cli.Exit(c.Name+": give one CONFIG.toml (as the argument or with --config)", 2)
 	}
-	cfg, err := loadConfigFile(c, path)
+	cfg, err := loadFile(c, path)
 	if err != nil {
 		return cfg, err
 	}
@@ -73,10 +73,11 @@ func runConfig(c *cli.Command) (pipeline.Config, error) {
 }
 
 func runCmd(ctx context.Context, c *cli.Command) error {
-	cfg, err := runConfig(c)
+	f, err := runConfig(c)
 	if err != nil {
 		return err
 	}
+	cfg := f.Config
 	r := newRenderer(c.Root().ErrWriter)
 	ro := pipeline.RunOptions{Config: cfg, Resume: c.Bool("resume"), Progress: r.event, Plot: reporting.RunPlots}
 	if len(cfg.Rollout.Endpoints) > 0 {

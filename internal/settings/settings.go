@@ -4,7 +4,8 @@
 // table's keys. A package declares its table's struct with toml tags, its
 // defaults and its checks; pipeline.Config embeds the tables and lifts
 // their checks into Validate's one table, beside the rows that relate keys
-// of different tables.
+// of different tables (and experiments.File embeds pipeline.Config and
+// lifts its table in turn).
 package settings
 
 import (
@@ -50,6 +51,38 @@ func Lift[T, U any](checks []Check[U], get func(T) U) []Check[T] {
 		out[i] = Check[T]{ck.Key, ck.Accepts, func(t T) error { return test(get(t)) }}
 	}
 	return out
+}
+
+// Accepts is what the checks accept for key, in words, the rows' joined
+// ("" when no row checks the key): the commands' help shows it beside a
+// config flag.
+func Accepts[T any](checks []Check[T], key string) string {
+	var out []string
+	for _, ck := range checks {
+		if ck.Key == key {
+			out = append(out, ck.Accepts())
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// Table is the checks as Markdown, one row per key (in the order of its
+// first row) with what it accepts: docs/config.md's table of checked values.
+func Table[T any](checks []Check[T]) string {
+	var b strings.Builder
+	b.WriteString("| key | accepts |\n|---|---|\n")
+	var keys []string
+	accepts := map[string][]string{}
+	for _, ck := range checks {
+		if _, seen := accepts[ck.Key]; !seen {
+			keys = append(keys, ck.Key)
+		}
+		accepts[ck.Key] = append(accepts[ck.Key], ck.Accepts())
+	}
+	for _, k := range keys {
+		fmt.Fprintf(&b, "| %s | %s |\n", k, strings.Join(accepts[k], "; "))
+	}
+	return b.String()
 }
 
 // Refuse is a check's error: the key, then the problem.

@@ -11,21 +11,14 @@ import (
 	"github.com/confclip/confclip/testkit/testutil"
 )
 
-// Fixture writes the tiny generated model and a prompt file of the given
-// JSONL lines, and returns a configuration for them (groups of 3, 5 tokens,
-// the format verifier accepting everything) and the prompt file's path.
+// Fixture is testutil.StageFixture loaded as a user's config is: the
+// tiny generated model and a prompt file of the given JSONL lines, with a
+// configuration for them (groups of 3, 5 tokens, the format verifier
+// accepting everything), and the prompt file's path.
 func Fixture(t *testing.T, lines ...string) (pipeline.Config, string) {
 	t.Helper()
-	dir := t.TempDir()
-	data := testutil.WriteLines(t, dir, "prompts.jsonl", lines...)
-	cfg := pipeline.DefaultConfig()
-	cfg.Model.Path = testutil.TinyModel(t, dir)
-	cfg.Model.Ctx = 128
-	cfg.Rollout.Group = 3
-	cfg.Rollout.MaxTokens = 5
-	cfg.Verifier.Name = "format"
-	cfg.Verifier.Pattern = `(?s).*` // every completion is right
-	return cfg, data
+	path, data := testutil.StageFixture(t, lines...)
+	return load(t, path), data
 }
 
 // Open opens the configuration's model, closed when the test ends.
@@ -43,7 +36,12 @@ func Open(t *testing.T, cfg pipeline.Config) *pipeline.Model {
 // tests load too), loaded as a user's config is.
 func RunFixture(t *testing.T) pipeline.Config {
 	t.Helper()
-	cfg, err := pipeline.LoadConfig(testutil.RunFixture(t))
+	return load(t, testutil.RunFixture(t))
+}
+
+func load(t *testing.T, path string) pipeline.Config {
+	t.Helper()
+	cfg, err := pipeline.LoadConfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -228,3 +228,20 @@ func RunFixture(t testing.TB) string {
 		"[train]", "lr = 2e-2", "micro_batch = 256", "lora_rank = 4",
 		"[run]", "steps = 4", "prompts_per_step = 3", "eval_every = 2", fmt.Sprintf("out = %q", filepath.Join(dir, "run")))
 }
+
+// StageFixture writes the tiny generated model, a prompt file of the given
+// JSONL lines and a config file for them (groups of 3, 5 tokens, the format
+// verifier accepting every completion), and returns the config file's path
+// and the prompt file's: the stage tests' fixture, which pipeline's own
+// tests and pipelinetest.Fixture load alike (as RunFixture's).
+func StageFixture(t testing.TB, lines ...string) (config, data string) {
+	t.Helper()
+	dir := t.TempDir()
+	data = WriteLines(t, dir, "prompts.jsonl", lines...)
+	model := TinyModel(t, dir)
+	config = WriteLines(t, dir, "stage.toml",
+		"[model]", fmt.Sprintf("path = %q", model), "ctx = 128",
+		"[verifier]", `name = "format"`, `pattern = '(?s).*'`,
+		"[rollout]", "group = 3", "max_tokens = 5")
+	return config, data
+}
