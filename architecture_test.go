@@ -21,24 +21,7 @@ const module = "github.com/confclip/confclip/"
 // shows up here. Names that are not module packages (parquet-go) must be
 // among the package's imports too.
 func TestArchitectureDoc(t *testing.T) {
-	out, err := exec.Command("go", "list", "-json", "./...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	imports := map[string][]string{} // module package -> everything it imports
-	dec := json.NewDecoder(strings.NewReader(string(out)))
-	for dec.More() {
-		var p struct {
-			ImportPath string
-			Imports    []string
-		}
-		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
-		}
-		if name, ok := strings.CutPrefix(p.ImportPath, module); ok {
-			imports[name] = p.Imports
-		}
-	}
+	imports := moduleImports(t)
 	rows := architectureRows(t)
 	for name := range imports {
 		skip := strings.HasPrefix(name, "internal/") || strings.HasPrefix(name, "examples/") || name == "deploy"
@@ -126,6 +109,95 @@ func architectureRows(t *testing.T) map[string][]string {
 		t.Fatal(err)
 	}
 	return rows
+}
+
+// moduleImports is `go list`'s view of the module: each package (by its
+// path in the module) and everything it imports, tests aside.
+func moduleImports(t *testing.T) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	imports := map[string][]string{} // module package -> everything it imports
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if name, ok := strings.CutPrefix(p.ImportPath, module); ok {
+			imports[name] = p.Imports
+		}
+	}
+	return imports
+}
+
+// TestNoFolderImportsUpward: with every package counted as its top folder
+// (llama/precheck as llama, testkit/testutil as testkit), the folders'
+// imports form no cycle, so none runs upward: the helpers of internal/
+// import nothing of the module, and a folder's subpackage stands where its
+// folder does (shard/merge on pipeline, which imports shard, was one).
+// Tests may import upward (an external test of llama uses modelgen).
+func TestNoFolderImportsUpward(t *testing.T) {
+	top := func(p string) string { f, _, _ := strings.Cut(p, "/"); return f }
+	edges := map[string]map[string][]string{} // folder -> folder -> the imports that make the arrow
+	for name, all := range moduleImports(t) {
+		for _, imp := range all {
+			p, ok := strings.CutPrefix(imp, module)
+			if !ok || top(p) == top(name) {
+				continue
+			}
+			if edges[top(name)] == nil {
+				edges[top(name)] = map[string][]string{}
+			}
+			edges[top(name)][top(p)] = append(edges[top(name)][top(p)], name+" → "+p)
+		}
+	}
+	// A depth-first search; a grey folder met again closes a cycle.
+	state := map[string]int{} // 0 unseen, 1 on the path, 2 done
+	var path []string
+	var visit func(f string)
+	visit = func(f string) {
+		state[f] = 1
+		path = append(path, f)
+		for g := range edges[f] {
+			switch state[g] {
+			case 0:
+				visit(g)
+			case 1:
+				i := slices.Index(path, g)
+				var why []string
+				for j := i; j < len(path); j++ {
+					next := g
+					if j+1 < len(path) {
+						next = path[j+1]
+					}
+					why = append(why, edges[path[j]][next]...)
+				}
+				slices.Sort(why)
+				t.Errorf("folders import in a cycle %s → %s: %s", strings.Join(path[i:], " → "), g, strings.Join(why, "; "))
+			}
+		}
+		path = path[:len(path)-1]
+		state[f] = 2
+	}
+	folders := make([]string, 0, len(edges))
+	for f := range edges {
+		folders = append(folders, f)
+	}
+	slices.Sort(folders)
+	for _, f := range folders {
+		if state[f] == 0 {
+			visit(f)
+		}
+	}
+	if len(edges["internal"]) != 0 {
+		t.Errorf("internal/ imports %v: its helpers import nothing of the module", edges["internal"])
+	}
 }
 
 func isPackage(imports map[string][]string, name string) bool {

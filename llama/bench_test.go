@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/llama/reference"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/testkit/testutil"
 )
 
 // goGreedy is the Go side of the comparison: the same llama.cpp calls as
-// llama.ReferenceBatchedGreedy with a group of one (prompt decode, then one
+// reference.BatchedGreedy with a group of one (prompt decode, then one
 // decode per token, argmax over the logits row), made through the Go API.
 // inDecode accumulates the time goGreedy spends inside llama_decode, so that
 // the Go path's own cost (batch building, checks, logits access, argmax, cgo
@@ -110,12 +111,12 @@ func BenchmarkGoAgainstC(b *testing.B) {
 	}
 	cRun := func() {
 		t0 := time.Now()
-		if _, err := llama.ReferenceBatchedGreedy(c, prompt, 1, 1); err != nil {
+		if _, err := reference.BatchedGreedy(c, prompt, 1, 1); err != nil {
 			b.Fatal(err)
 		}
 		cPre += time.Since(t0)
 		t0 = time.Now()
-		n, err := llama.ReferenceBatchedGreedy(c, prompt, 1, gen)
+		n, err := reference.BatchedGreedy(c, prompt, 1, gen)
 		if err != nil {
 			b.Fatal(err)
 		}

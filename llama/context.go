@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"unsafe"
+
+	"github.com/confclip/confclip/llama/internal/handle"
 )
 
 // ContextParams sizes a context.
@@ -301,6 +303,17 @@ func (c *Context) with(f func(*C.struct_llama_context)) error {
 	defer c.exit()
 	f(c.r.c)
 	return nil
+}
+
+// The packages under llama/ that call the C API beside the binding
+// (reference, opcheck) reach its handles and error capture through
+// llama/internal/handle.
+func init() {
+	handle.Call = call
+	handle.Context = func(ctx any, f func(unsafe.Pointer, int)) error {
+		c := ctx.(*Context)
+		return c.with(func(cc *C.struct_llama_context) { f(unsafe.Pointer(cc), c.nseq) })
+	}
 }
 
 // do is with for the methods that return no error: on a closed context f

@@ -15,6 +15,8 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+
+	"github.com/confclip/confclip/llama/internal/handle"
 )
 
 // llama.cpp says why a call failed in its log, not in its return value. To
@@ -58,12 +60,7 @@ func recordError(tid int64, msg string) {
 }
 
 // because appends llama.cpp's own message, when it logged one.
-func because(reason, msg string) string {
-	if msg == "" {
-		return reason
-	}
-	return reason + ": " + strings.TrimPrefix(msg, "llama.cpp: ")
-}
+func because(reason, msg string) string { return handle.Because(reason, msg) }
 
 // FileError is a problem with a model, adapter or GGUF file. Err, when set,
 // is the underlying error (errors.Is(err, fs.ErrNotExist) sees through).

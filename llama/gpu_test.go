@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/llama/opcheck"
 	"github.com/confclip/confclip/testkit/testutil"
 	"github.com/confclip/confclip/train"
 )
@@ -255,7 +256,7 @@ func writeTinyAdapter(t *testing.T, m *llama.Model) string {
 
 // TestGPUBackwardOpsMatchCPU computes the ops of a training graph's backward
 // pass, with the operand layouts it gives them, on the device and on the
-// CPU (llama.CompareBackwardOps): each within F32 rounding, the matrix
+// CPU (opcheck.CompareBackwardOps): each within F32 rounding, the matrix
 // products within F16's where the device multiplies F32 matrices from F16
 // copies. lavapipe before patch 0052: Vulkan's ACC of a permuted tensor off
 // by 1.39 (1.15 in 4-d), which scrambled the query's gradient in every
@@ -263,7 +264,7 @@ func writeTinyAdapter(t *testing.T, m *llama.Model) string {
 // of permuted operands off by about 3e-4.
 func TestGPUBackwardOpsMatchCPU(t *testing.T) {
 	gpu := testutil.GPU(t)
-	diffs, err := llama.CompareBackwardOps(gpu.Name)
+	diffs, err := opcheck.CompareBackwardOps(gpu.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

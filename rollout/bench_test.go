@@ -15,6 +15,7 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/llama/reference"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
@@ -128,7 +129,7 @@ func referenceContexts(b *testing.B, m *llama.Model, o rollout.Options, nctx, gr
 
 // BenchmarkEngineVsReference times the engine's greedy generation (G=8 on
 // one prompt, log-probs and entropies recorded) against a C loop making the
-// same llama_decode calls with an argmax in C (llama.ReferenceBatchedGreedy)
+// same llama_decode calls with an argmax in C (reference.BatchedGreedy)
 // on two contexts: one with the engine's settings (F32 KV cache, flash
 // attention on for a model on the CPU alone) and one with llama.cpp's defaults (llama_context_default_params:
 // F16 KV cache, flash attention auto; only the sizes, the unified cache the
@@ -149,7 +150,7 @@ func BenchmarkEngineVsReference(b *testing.B) {
 			}
 			runRef := func(c *llama.Context) func() int {
 				return func() int {
-					n, err := llama.ReferenceBatchedGreedy(c, prompt, group, maxTokens)
+					n, err := reference.BatchedGreedy(c, prompt, group, maxTokens)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -193,7 +194,7 @@ func threadCounts() []int {
 // BenchmarkEngineVsReferenceSampled times what a rollout does, G=8 sampled
 // completions of 128 tokens of one prompt at temperature 1 with each token's
 // log-probability recorded, against a C loop on llama.cpp's API doing the
-// same (llama.ReferenceBatchedSampled: the prompt decoded once, one decode
+// same (reference.BatchedSampled: the prompt decoded once, one decode
 // per step, a full-softmax draw and the token's log-probability in C) on a
 // context with the engine's settings (the ratio that measures the engine's
 // own overhead) and on one with llama.cpp's defaults (F16 KV cache, flash
@@ -230,7 +231,7 @@ func BenchmarkEngineVsReferenceSampled(b *testing.B) {
 				runRef := func(c *llama.Context) func() int {
 					return func() int {
 						seed++
-						n, _, err := llama.ReferenceBatchedSampled(c, prompt, group, maxTokens, seed)
+						n, _, err := reference.BatchedSampled(c, prompt, group, maxTokens, seed)
 						if err != nil {
 							b.Fatal(err)
 						}

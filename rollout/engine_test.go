@@ -16,6 +16,7 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/llama/reference"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
@@ -615,7 +616,7 @@ func TestReferenceLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	n, err := llama.ReferenceBatchedGreedy(ref, recs[0].PromptTokens, 4, 20)
+	n, err := reference.BatchedGreedy(ref, recs[0].PromptTokens, 4, 20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@
 # reports each patch (clean, with offsets, or failing: which hunks, in which
 # functions, and whether those files or functions moved or vanished), the
 # llama.h and ggml.h functions our cgo code calls that SOURCE's headers lack,
-# and llama/precheck_model.go's architecture tables against SOURCE's
+# and llama/precheck/model.go's architecture tables against SOURCE's
 # llama-arch.cpp. The report goes to build/bump/report.md and stdout; the
 # script exits 0 whatever it finds.
 set -euo pipefail
@@ -161,7 +161,7 @@ words "$base/pristine" | comm -12 "$out/used-names" - | comm -23 - <(words "$new
 words "$base/patched" | comm -12 "$out/used-names" - | comm -23 - <(words "$base/pristine") |
   comm -23 - <(words "$new/patched") | sed 's/$/ (ours)/' >>"$new/missing-names"
 
-# Architectures: llama-arch.cpp's LLM_ARCH_NAMES, and each precheck_model.go
+# Architectures: llama-arch.cpp's LLM_ARCH_NAMES, and each llama/precheck/model.go
 # table (var NAME = map[string]bool{...}).
 arch_names() { # arch_names TREE: LLM_ARCH_X and its name, one row each
   awk '/LLM_ARCH_NAMES = \{/ { on = 1; next } on && /^\};/ { exit }
@@ -170,8 +170,8 @@ arch_names() { # arch_names TREE: LLM_ARCH_X and its name, one row each
 archs() { arch_names "$1" | cut -f2 | sort -u; }
 archs "$base/pristine" >"$base/archs"
 archs "$new/pristine" >"$new/archs"
-tables=$(sed -n 's/^var \([A-Za-z0-9_]*\) = map\[string\]bool{.*/\1/p' "$top/llama/precheck_model.go")
-table() { awk -v t="$1" '$0 ~ "^var " t " = map\\[string\\]bool\\{" { on = 1; next } on && /^\}/ { exit } on { while (match($0, /"[^"]+"/)) { print substr($0, RSTART + 1, RLENGTH - 2); $0 = substr($0, RSTART + RLENGTH) } }' "$top/llama/precheck_model.go" | sort -u; }
+tables=$(sed -n 's/^var \([A-Za-z0-9_]*\) = map\[string\]bool{.*/\1/p' "$top/llama/precheck/model.go")
+table() { awk -v t="$1" '$0 ~ "^var " t " = map\\[string\\]bool\\{" { on = 1; next } on && /^\}/ { exit } on { while (match($0, /"[^"]+"/)) { print substr($0, RSTART + 1, RLENGTH - 2); $0 = substr($0, RSTART + RLENGTH) } }' "$top/llama/precheck/model.go" | sort -u; }
 
 # ropeEqualsHead re-read from a tree: the architectures whose graph builder
 # (models/*.cpp) asserts GGML_ASSERT(n_embd_head == n_rot), through
@@ -279,7 +279,7 @@ report="$out/report.md"
   : >"$out/table-ropeEqualsHead"
   for t in $tables; do
     table "$t" >"$out/table-$t"
-    echo "llama/precheck_model.go's \`$t\` ($(wc -l <"$out/table-$t") names): not in the new tree: $(comm -23 "$out/table-$t" "$new/archs" | list /dev/stdin)"
+    echo "llama/precheck/model.go's \`$t\` ($(wc -l <"$out/table-$t") names): not in the new tree: $(comm -23 "$out/table-$t" "$new/archs" | list /dev/stdin)"
     echo
   done
   echo "\`ropeEqualsHead\` re-read from each tree (the architectures whose graph builder in models/*.cpp asserts \`n_embd_head == n_rot\`, followed through llama-model.cpp's dispatch; a heuristic):"

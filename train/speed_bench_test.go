@@ -13,6 +13,7 @@ import (
 
 	"github.com/confclip/confclip/dataset"
 	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/llama/reference"
 	"github.com/confclip/confclip/modelgen"
 	"github.com/confclip/confclip/rollout"
 	"github.com/confclip/confclip/sampler"
@@ -61,7 +62,7 @@ type speedRow struct {
 // BenchmarkSpeedTable is docs/speed.md's table: for bench-100m in F32, F16,
 // Q8_0, Q4_0, Q4_K_M and Q5_K_M, on all cores, (1) a sampled rollout (G=8 x
 // 128 tokens, temperature 1, log-probs) against the C loop on llama.cpp's API
-// (llama.ReferenceBatchedSampled), (2) forward-only teacher forcing (16 x (16
+// (reference.BatchedSampled), (2) forward-only teacher forcing (16 x (16
 // + 48) tokens) with the weights as inference loads them (repacked where
 // llama.cpp has a CPU layout for the type) and as training loads them, each
 // against Q8_0's, and (3) a LoRA training step (rank 8, default
@@ -144,7 +145,7 @@ func speedRollout(b *testing.B, path string, threads int) (engine, cLoop float64
 	runC := func() float64 {
 		seed++
 		t0 := time.Now()
-		n, _, err := llama.ReferenceBatchedSampled(c, prompt, group, gen, seed)
+		n, _, err := reference.BatchedSampled(c, prompt, group, gen, seed)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -40,13 +40,14 @@ func Main(m *testing.M, tiny *string) {
 	os.Exit(code)
 }
 
-// SharedDir is ../shared/models beside the checkout (from a package folder).
+// SharedDir is ../shared/models beside the checkout (from a package folder
+// at any depth: the checkout is the folder of go.mod).
 func SharedDir() string {
-	dir, err := filepath.Abs(filepath.Join("..", "..", "shared", "models"))
-	if err != nil { // no working directory: the relative path is what there is
-		dir = filepath.Join("..", "..", "shared", "models")
+	root, err := findRoot()
+	if err != nil { // no working directory: a package folder's relative path is what there is
+		return filepath.Join("..", "..", "shared", "models")
 	}
-	return dir
+	return filepath.Join(filepath.Dir(root), "shared", "models")
 }
 
 // SharedModels returns SharedDir, or skips the test, saying so, when the
@@ -174,10 +175,20 @@ func PEFTPython(t testing.TB, script string) (python, path string) {
 // repoRoot is the folder of the module's go.mod, above the test's.
 func repoRoot(t testing.TB) string {
 	t.Helper()
+	dir, err := findRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// findRoot is the folder of the module's go.mod, the working directory's
+// or one above it.
+func findRoot() (string, error) {
 	dir, err := os.Getwd()
 	for err == nil {
 		if _, e := os.Stat(filepath.Join(dir, "go.mod")); e == nil {
-			return dir
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
@@ -185,8 +196,7 @@ func repoRoot(t testing.TB) string {
 		}
 		dir = parent
 	}
-	t.Fatalf("no go.mod above the test's folder (%v)", err)
-	return ""
+	return "", fmt.Errorf("no go.mod above the test's folder (%v)", err)
 }
 
 // RewriteMarked replaces what lies between the file's "<!-- NAME -->" and

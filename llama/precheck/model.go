@@ -1,4 +1,4 @@
-package llama
+package precheck
 
 import (
 	"fmt"
@@ -22,7 +22,7 @@ const (
 )
 
 // checkVocab checks the tokenizer of a file that has a token list.
-func checkVocab(h *ggufHeader) error {
+func checkVocab(h *Header) error {
 	if _, ok := h.KV[tokenListKey]; !ok {
 		return nil
 	}
@@ -99,7 +99,7 @@ var ropeEqualsHead = map[string]bool{
 // checkHparams checks a model's hyper-parameters as load_hparams and the
 // graph builders assert on them. Adapters and files without an embedding
 // length (vocab-only files) have none to check.
-func checkHparams(h *ggufHeader) error {
+func checkHparams(h *Header) error {
 	arch, _ := h.KV["general.architecture"].Val.(string)
 	if arch == "" {
 		return nil
@@ -193,10 +193,10 @@ func checkExperts(key func(string) string, u32 func(string) (uint64, bool)) erro
 
 // checkNormTypes: ggml multiplies by the norm weights with F32 kernels only
 // ("binary_op: unsupported types" otherwise).
-func checkNormTypes(h *ggufHeader) error {
+func checkNormTypes(h *Header) error {
 	for name, typ := range h.TensorTypes {
 		if strings.Contains(name, "norm") && strings.HasSuffix(name, ".weight") && typ != 0 {
-			return fmt.Errorf("tensor %q: type %s, llama.cpp needs norm weights in f32", name, ggmlTypeName(typ))
+			return fmt.Errorf("tensor %q: type %s, llama.cpp needs norm weights in f32", name, h.types.Name(typ))
 		}
 	}
 	return nil
@@ -206,7 +206,7 @@ func checkNormTypes(h *ggufHeader) error {
 // architectures assert on beyond checkHparams (models/<arch>.cpp and the KV
 // cache's layer reuse in llama-model.cpp), where llama.cpp would abort or
 // divide by zero instead of returning an error.
-func checkArchHparams(h *ggufHeader) error {
+func checkArchHparams(h *Header) error {
 	arch, _ := h.KV["general.architecture"].Val.(string)
 	if kind, _ := h.KV["general.type"].Val.(string); arch == "" || kind == "adapter" {
 		return nil
@@ -244,7 +244,7 @@ func checkArchHparams(h *ggufHeader) error {
 // checkGemma4: llama_model_gemma4's load_arch_hparams and load_arch_tensors,
 // its graph, and the KV cache's reuse of a layer's cache by the shared-KV
 // layers (E2B and E4B), which asserts in every context llama.cpp creates.
-func checkGemma4(h *ggufHeader, key func(string) string, u32 func(string, uint64) (uint64, bool), nLayer uint64) error {
+func checkGemma4(h *Header, key func(string) string, u32 func(string, uint64) (uint64, bool), nLayer uint64) error {
 	pattern, ok := h.KV[key("attention.sliding_window_pattern")]
 	if !ok {
 		return fmt.Errorf("key %q: missing, and llama.cpp's gemma4 loader needs it (which layers have a sliding window)", key("attention.sliding_window_pattern"))
@@ -302,7 +302,7 @@ func checkGemma4(h *ggufHeader, key func(string) string, u32 func(string, uint64
 // pattern divides by full_attention_interval, the graph asserts that the
 // value heads are a multiple of the key heads, and the convolution's
 // channels are the tensors' only if the inner size is the value heads'.
-func checkQwen35(h *ggufHeader, key func(string) string, u32 func(string, uint64) (uint64, bool)) error {
+func checkQwen35(h *Header, key func(string) string, u32 func(string, uint64) (uint64, bool)) error {
 	if _, ok := h.KV[key("attention.recurrent_layers")]; !ok {
 		if n, _ := u32("full_attention_interval", 4); n == 0 {
 			return fmt.Errorf("key %q = 0: llama.cpp divides by it", key("full_attention_interval"))

@@ -1,11 +1,11 @@
-package llama_test
+package opcheck_test
 
 import (
 	"math"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/llama/opcheck"
 )
 
 // TestQuantMatMulColumns: a product of quantized weights by many columns
@@ -30,7 +30,7 @@ func TestQuantMatMulColumns(t *testing.T) {
 		w, x := normals(rng, k*m), normals(rng, k*n*planes)
 		for _, typ := range []string{"q5_K", "q6_K", "q4_K", "q8_0"} {
 			for _, threads := range []int{1, 2} {
-				whole, byColumn, err := llama.QuantMatMul(typ, w, x, k, m, n, planes, 1, threads)
+				whole, byColumn, err := opcheck.QuantMatMul(typ, w, x, k, m, n, planes, 1, threads)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -79,7 +79,7 @@ func TestLargeF32MatMulColumns(t *testing.T) {
 	rng := rand.New(rand.NewPCG(46, 47))
 	w, x := normals(rng, k*m), normals(rng, k*n)
 	for _, threads := range []int{1, 2} {
-		whole, byParts, err := llama.QuantMatMul("f32", w, x, k, m, n, 1, part, threads)
+		whole, byParts, err := opcheck.QuantMatMul("f32", w, x, k, m, n, 1, part, threads)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func TestShortRowMatMul(t *testing.T) {
 	for _, k := range []int{1, 4, 5, 8, 16, 17} {
 		w, x := normals(rng, k*m), normals(rng, k*n*planes)
 		for _, threads := range []int{1, 2} {
-			whole, byColumn, err := llama.QuantMatMul("f32", w, x, k, m, n, planes, 1, threads)
+			whole, byColumn, err := opcheck.QuantMatMul("f32", w, x, k, m, n, planes, 1, threads)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +149,7 @@ func TestOutProdLayouts(t *testing.T) {
 	for _, s := range []struct{ k, m, n int }{{2048, 130, 70}, {100, 67, 37}} {
 		w, g := normals(rng, s.k*s.m), normals(rng, s.m*s.n)
 		for _, threads := range []int{1, 2} {
-			whole, copied, byRow, err := llama.OutProdLayouts(w, g, s.k, s.m, s.n, threads)
+			whole, copied, byRow, err := opcheck.OutProdLayouts(w, g, s.k, s.m, s.n, threads)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +220,7 @@ func TestQ8KQuantizer(t *testing.T) {
 		}
 		return float32(j%64) - 31.5
 	})
-	bad, err := llama.Q8KFirstDifference(x)
+	bad, err := opcheck.Q8KFirstDifference(x)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package llama_test
+package opcheck_test
 
 import (
 	"math"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/llama/opcheck"
 )
 
 // TestOpBackward checks the backward pass of each op the training families
@@ -23,11 +23,11 @@ func TestOpBackward(t *testing.T) {
 			for i := range x {
 				x[i] = float32(rng.NormFloat64() * 1.5)
 			}
-			r := make([]float32, llama.OpOutputs(op, len(x)))
+			r := make([]float32, opcheck.OpOutputs(op, len(x)))
 			for i := range r {
 				r[i] = float32(rng.NormFloat64())
 			}
-			_, grad, err := llama.OpLossGrad(op, x, n0, r, true)
+			_, grad, err := opcheck.OpLossGrad(op, x, n0, r, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -35,7 +35,7 @@ func TestOpBackward(t *testing.T) {
 			lossAt := func(i int, v float32) float64 {
 				old := x[i]
 				x[i] = v
-				l, _, err := llama.OpLossGrad(op, x, n0, r, false)
+				l, _, err := opcheck.OpLossGrad(op, x, n0, r, false)
 				x[i] = old
 				if err != nil {
 					t.Fatal(err)
@@ -67,12 +67,19 @@ func TestOpBackward(t *testing.T) {
 // coverage check, by name, where ggml's backward pass would abort.
 func TestOpBackwardMissing(t *testing.T) {
 	x := []float32{0.1, -0.2, 0.3, 0.4}
-	_, _, err := llama.OpLossGrad("sigmoid", x, 2, []float32{1, 1, 1, 1}, true)
+	_, _, err := opcheck.OpLossGrad("sigmoid", x, 2, []float32{1, 1, 1, 1}, true)
 	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "sigmoid") {
 		t.Fatalf("want an error naming sigmoid, got %v", err)
 	}
 	// the forward pass alone still runs
-	if _, _, err := llama.OpLossGrad("sigmoid", x, 2, []float32{1, 1, 1, 1}, false); err != nil {
+	if _, _, err := opcheck.OpLossGrad("sigmoid", x, 2, []float32{1, 1, 1, 1}, false); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpLossGradEmpty: no inputs is an error, not an index panic.
+func TestOpLossGradEmpty(t *testing.T) {
+	if _, _, err := opcheck.OpLossGrad("tanh", nil, 2, nil, true); err == nil {
+		t.Fatal("OpLossGrad of no inputs: no error")
 	}
 }

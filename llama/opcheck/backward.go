@@ -1,6 +1,14 @@
-package llama
+// Package opcheck checks ggml's ops, the ones training runs, against
+// references, in C on ggml's API: the backward pass's ops on a device
+// against the CPU (CompareBackwardOps), an op's gradient for finite
+// differences (OpLossGrad), and quantized matrix products whole against in
+// parts (QuantMatMul, OutProdLayouts, Q8KFirstDifference: the tests of our
+// patches to ggml's CPU kernels). The tests and the GPU check use it; it
+// is not meant for use.
+package opcheck
 
 /*
+#cgo CFLAGS: -std=c11 -I${SRCDIR}/../../third_party/llama.cpp/llama/include -I${SRCDIR}/../../third_party/llama.cpp/ggml/include
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +206,9 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/llama/internal/handle"
 )
 
 // OpDiff is one op's result on a device against the CPU's.
@@ -217,7 +228,7 @@ type OpDiff struct {
 // declines it. It names the op when a backend computes one wrongly, which a
 // whole training step's gradients do not.
 func CompareBackwardOps(device string) ([]OpDiff, error) {
-	Init()
+	llama.Init()
 	r := (*C.confclip_opc)(C.calloc(1, C.sizeof_confclip_opc))
 	if r == nil {
 		return nil, fmt.Errorf("llama: comparing ops on %s: out of memory", device)
@@ -226,13 +237,13 @@ func CompareBackwardOps(device string) ([]OpDiff, error) {
 	cs := C.CString(device)
 	defer C.free(unsafe.Pointer(cs))
 	var rc C.int
-	msg := call(func() { rc = C.confclip_opc_run(cs, r) })
+	msg := handle.Call(func() { rc = C.confclip_opc_run(cs, r) })
 	switch rc {
 	case 0:
 	case -2:
 		return nil, fmt.Errorf("llama: comparing ops: no device %q", device)
 	default:
-		return nil, fmt.Errorf("llama: %s", because(fmt.Sprintf("comparing ops on %s failed (%d)", device, int(rc)), msg))
+		return nil, fmt.Errorf("llama: %s", handle.Because(fmt.Sprintf("comparing ops on %s failed (%d)", device, int(rc)), msg))
 	}
 	out := make([]OpDiff, int(r.n))
 	for i := range out {

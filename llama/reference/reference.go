@@ -1,6 +1,12 @@
-package llama
+// Package reference holds the loops the rollout is measured and checked
+// against: a group's generation written in C straight on llama.cpp's API
+// (the prompt decoded once, one decode per step, argmax or a softmax draw
+// in C), on a llama.Context. The benchmarks time the Go engine against it
+// and the tests compare its tokens; it is not meant for use.
+package reference
 
 /*
+#cgo CFLAGS: -std=c11 -I${SRCDIR}/../../third_party/llama.cpp/llama/include -I${SRCDIR}/../../third_party/llama.cpp/ggml/include
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -104,31 +110,34 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/confclip/confclip/llama"
+	"github.com/confclip/confclip/llama/internal/handle"
 )
 
-// ReferenceBatchedGreedy generates greedily for group sequences that share a
+// BatchedGreedy generates greedily for group sequences that share a
 // prompt with a loop written in C straight on llama.cpp's API: the prompt
 // decoded once for all sequences, then one decode per step with a token for
 // each live sequence, argmax over the logits in C. It returns the tokens
 // generated. The rollout benchmarks time the Go engine against it; it is not
 // meant for use.
-func ReferenceBatchedGreedy(ctx *Context, prompt []Token, group, maxTokens int) (tokens int, err error) {
-	tokens, _, err = referenceBatched(ctx, prompt, group, maxTokens, false, 0)
+func BatchedGreedy(ctx *llama.Context, prompt []llama.Token, group, maxTokens int) (tokens int, err error) {
+	tokens, _, err = batched(ctx, prompt, group, maxTokens, false, 0)
 	return tokens, err
 }
 
-// ReferenceBatchedSampled is ReferenceBatchedGreedy with each token drawn
+// BatchedSampled is BatchedGreedy with each token drawn
 // from the full softmax at temperature 1 and its log-probability computed,
 // the work a rollout does per token, in C: each sequence has its own
 // xorshift generator seeded from seed. It returns the tokens generated and
 // the sum of their log-probabilities.
-func ReferenceBatchedSampled(ctx *Context, prompt []Token, group, maxTokens int, seed uint64) (tokens int, sumLogprob float64, err error) {
-	return referenceBatched(ctx, prompt, group, maxTokens, true, seed)
+func BatchedSampled(ctx *llama.Context, prompt []llama.Token, group, maxTokens int, seed uint64) (tokens int, sumLogprob float64, err error) {
+	return batched(ctx, prompt, group, maxTokens, true, seed)
 }
 
-func referenceBatched(ctx *Context, prompt []Token, group, maxTokens int, sampled bool, seed uint64) (int, float64, error) {
-	if len(prompt) == 0 || group < 1 || group > ctx.nseq || maxTokens < 1 {
-		return 0, 0, fmt.Errorf("llama: reference loop: %d prompt tokens, group %d (context allows %d), max tokens %d", len(prompt), group, ctx.nseq, maxTokens)
+func batched(ctx *llama.Context, prompt []llama.Token, group, maxTokens int, sampled bool, seed uint64) (int, float64, error) {
+	if len(prompt) == 0 || group < 1 || maxTokens < 1 {
+		return 0, 0, fmt.Errorf("llama: reference loop: %d prompt tokens, group %d, max tokens %d", len(prompt), group, maxTokens)
 	}
 	var n C.int
 	var lp C.double
@@ -137,16 +146,24 @@ func referenceBatched(ctx *Context, prompt []Token, group, maxTokens int, sample
 	if sampled {
 		smp = 1
 	}
-	if err := ctx.with(func(cc *C.struct_llama_context) {
-		msg = call(func() {
+	var nseq int
+	if err := handle.Context(ctx, func(p unsafe.Pointer, seqs int) {
+		if nseq = seqs; group > nseq {
+			return
+		}
+		cc := (*C.struct_llama_context)(p)
+		msg = handle.Call(func() {
 			n = C.confclip_ref_batched(cc, (*C.llama_token)(unsafe.Pointer(&prompt[0])), C.int(len(prompt)), C.int(group), C.int(maxTokens),
 				smp, C.uint64_t(seed), &lp)
 		})
 	}); err != nil {
 		return 0, 0, err
 	}
+	if group > nseq {
+		return 0, 0, fmt.Errorf("llama: reference loop: group %d, the context allows %d sequences", group, nseq)
+	}
 	if n < 0 {
-		return 0, 0, fmt.Errorf("llama: %s", because(fmt.Sprintf("reference loop failed (%d)", int(n)), msg))
+		return 0, 0, fmt.Errorf("llama: %s", handle.Because(fmt.Sprintf("reference loop failed (%d)", int(n)), msg))
 	}
 	return int(n), float64(lp), nil
 }

@@ -1,6 +1,7 @@
-package llama
+package opcheck
 
 /*
+#cgo CFLAGS: -std=c11 -I${SRCDIR}/../../third_party/llama.cpp/llama/include -I${SRCDIR}/../../third_party/llama.cpp/ggml/include
 #include <string.h>
 #include "ggml.h"
 #include "ggml-cpu.h"
@@ -75,6 +76,8 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/confclip/confclip/llama"
 )
 
 // opCodes are the ops OpLossGrad evaluates: those whose backward pass the
@@ -113,7 +116,7 @@ func OpLossGrad(op string, x []float32, n0 int, r []float32, backward bool) (flo
 	if n0 < 2 || n0%2 != 0 || len(x)%n0 != 0 || len(r) != OpOutputs(op, len(x)) || len(r) == 0 {
 		return 0, nil, fmt.Errorf("llama: op %s: %d inputs in rows of %d with %d output weights", op, len(x), n0, len(r))
 	}
-	Init()
+	llama.Init()
 	grad := make([]float32, len(x))
 	var loss C.double
 	var why, badOp *C.char

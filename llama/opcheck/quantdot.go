@@ -1,6 +1,7 @@
-package llama
+package opcheck
 
 /*
+#cgo CFLAGS: -std=c11 -I${SRCDIR}/../../third_party/llama.cpp/llama/include -I${SRCDIR}/../../third_party/llama.cpp/ggml/include
 #include <stdlib.h>
 #include <string.h>
 #include "ggml.h"
@@ -143,65 +144,70 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/confclip/confclip/llama"
 )
 
-// mulMatTypes are the weight types quantMatMul takes.
+// mulMatTypes are the weight types QuantMatMul takes.
 var mulMatTypes = map[string]C.int{
 	"f32": C.GGML_TYPE_F32, "q4_0": C.GGML_TYPE_Q4_0, "q8_0": C.GGML_TYPE_Q8_0, "q4_K": C.GGML_TYPE_Q4_K,
 	"q5_K": C.GGML_TYPE_Q5_K, "q6_K": C.GGML_TYPE_Q6_K,
 }
 
-// quantMatMul quantizes w (m rows of k values) to typ (f32: as it is) and
+// QuantMatMul quantizes w (m rows of k values) to typ (f32: as it is) and
 // multiplies it by x (planes matrices of n columns of k values) on ggml's
 // CPU backend, once as one product and once in parts of `part` columns:
 // whole and byParts, m values a column, column j of plane p at (p*n + j)*m.
 // A part of one column takes ggml's matrix-vector kernels, llamafile's
 // products need two or more. For the tests of patches 0040, 0042 and 0044.
-func quantMatMul(typ string, w, x []float32, k, m, n, planes, part, threads int) (whole, byParts []float32, err error) {
+func QuantMatMul(typ string, w, x []float32, k, m, n, planes, part, threads int) (whole, byParts []float32, err error) {
+	llama.Init()
 	t, ok := mulMatTypes[typ]
 	if !ok {
-		return nil, nil, fmt.Errorf("quantMatMul: type %q", typ)
+		return nil, nil, fmt.Errorf("QuantMatMul: type %q", typ)
 	}
 	if k <= 0 || m <= 0 || n <= 0 || planes <= 0 || part <= 0 || len(w) != k*m || len(x) != k*n*planes {
-		return nil, nil, fmt.Errorf("quantMatMul: %d weights and %d inputs for k %d, m %d, n %d, planes %d, parts of %d", len(w), len(x), k, m, n, planes, part)
+		return nil, nil, fmt.Errorf("QuantMatMul: %d weights and %d inputs for k %d, m %d, n %d, planes %d, parts of %d", len(w), len(x), k, m, n, planes, part)
 	}
 	whole = make([]float32, m*n*planes)
 	byParts = make([]float32, m*n*planes)
 	if C.confclip_quant_mat_mul(t, (*C.float)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&x[0])), C.int(k), C.int(m), C.int(n),
 		C.int(planes), C.int(part), C.int(threads), (*C.float)(unsafe.Pointer(&whole[0])), (*C.float)(unsafe.Pointer(&byParts[0]))) != 0 {
-		return nil, nil, fmt.Errorf("quantMatMul: out of memory")
+		return nil, nil, fmt.Errorf("QuantMatMul: out of memory")
 	}
 	return whole, byParts, nil
 }
 
-// outProdLayouts computes the input gradient of a frozen weight w (m rows
+// OutProdLayouts computes the input gradient of a frozen weight w (m rows
 // of k values) for the output gradient g (n columns of m values) on ggml's
 // CPU backend as the backward pass does, out_prod(w, transpose(g)), three
 // ways: g read in place, g read from a contiguous transposed copy, and a
 // column of the result at a time. Each result is n columns of k values.
 // For the test of patch 0044.
-func outProdLayouts(w, g []float32, k, m, n, threads int) (whole, copied, byRow []float32, err error) {
+func OutProdLayouts(w, g []float32, k, m, n, threads int) (whole, copied, byRow []float32, err error) {
 	if k <= 0 || m <= 0 || n <= 0 || len(w) != k*m || len(g) != m*n {
-		return nil, nil, nil, fmt.Errorf("outProdLayouts: %d weights and %d gradients for k %d, m %d, n %d", len(w), len(g), k, m, n)
+		return nil, nil, nil, fmt.Errorf("OutProdLayouts: %d weights and %d gradients for k %d, m %d, n %d", len(w), len(g), k, m, n)
 	}
+	llama.Init()
 	whole, copied, byRow = make([]float32, k*n), make([]float32, k*n), make([]float32, k*n)
 	if C.confclip_out_prod_layouts((*C.float)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&g[0])), C.int(k), C.int(m), C.int(n),
 		C.int(threads), (*C.float)(unsafe.Pointer(&whole[0])), (*C.float)(unsafe.Pointer(&copied[0])), (*C.float)(unsafe.Pointer(&byRow[0]))) != 0 {
-		return nil, nil, nil, fmt.Errorf("outProdLayouts: out of memory")
+		return nil, nil, nil, fmt.Errorf("OutProdLayouts: out of memory")
 	}
 	return whole, copied, byRow, nil
 }
 
-// q8KFirstDifference quantizes x (whole blocks of 256 values) to Q8_K with
+// Q8KFirstDifference quantizes x (whole blocks of 256 values) to Q8_K with
 // the CPU backend's quantizer and with ggml's reference, and returns the
 // first block where they differ, or -1. For the test of patch 0046.
-func q8KFirstDifference(x []float32) (int, error) {
+func Q8KFirstDifference(x []float32) (int, error) {
 	if len(x) == 0 || len(x)%256 != 0 {
-		return 0, fmt.Errorf("q8KFirstDifference: %d values, want whole blocks of 256", len(x))
+		return 0, fmt.Errorf("Q8KFirstDifference: %d values, want whole blocks of 256", len(x))
 	}
+	llama.Init()
 	r := int(C.confclip_q8K_first_difference((*C.float)(unsafe.Pointer(&x[0])), C.int(len(x)/256)))
 	if r == -2 {
-		return 0, fmt.Errorf("q8KFirstDifference: out of memory")
+		return 0, fmt.Errorf("Q8KFirstDifference: out of memory")
 	}
 	return r, nil
 }

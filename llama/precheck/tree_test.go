@@ -1,4 +1,4 @@
-package llama
+package precheck
 
 import (
 	"os"
@@ -23,7 +23,7 @@ import (
 // use granite's graph, which asserts, and nemotron's and minimax-m2's
 // assertions were commented out.
 func TestRopeEqualsHeadMatchesTree(t *testing.T) {
-	src := filepath.Join("..", "third_party", "llama.cpp", "llama", "src")
+	src := filepath.Join("..", "..", "third_party", "llama.cpp", "llama", "src")
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(src, name))
 		if err != nil {
@@ -162,7 +162,7 @@ func TestRopeEqualsHeadMatchesTree(t *testing.T) {
 // (0c1e57098 raised the experts from 512 to 1024 for Kimi K3), and
 // llama-model.cpp's rope scaling types, which checkHparams names.
 func TestPrecheckLimitsMatchTree(t *testing.T) {
-	src := filepath.Join("..", "third_party", "llama.cpp", "llama", "src")
+	src := filepath.Join("..", "..", "third_party", "llama.cpp", "llama", "src")
 	hp, err := os.ReadFile(filepath.Join(src, "llama-hparams.h"))
 	if err != nil {
 		t.Fatalf("the llama.cpp tree (make lays it down): %v", err)
