@@ -15,7 +15,7 @@ type Config struct {
 // DefaultConfig is the [verifier] table's defaults.
 func DefaultConfig() Config {
 	return Config{Name: "math", Options: Options{TimeoutMS: DefaultTimeoutMS, MaxBytes: DefaultMaxBytes,
-		RelTol: DefaultRelTol, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10}}
+		RelTol: DefaultRelTol, AbsTol: DefaultAbsTol, LastNumber: true, CaseFold: true, MemoryMB: 512, CPUSeconds: 10}}
 }
 
 // New builds the verifier the table names.
@@ -32,6 +32,7 @@ func Checks() []settings.Check[Config] {
 		settings.AtLeast("verifier.memory_mb", func(c Config) int { return c.MemoryMB }, 0, "want 0 (no limit) or a number of MiB"),
 		settings.AtLeast("verifier.cpu_seconds", func(c Config) int { return c.CPUSeconds }, 0, "want 0 (no limit) or a number of seconds"),
 		settings.InRange("verifier.rel_tol", func(c Config) float64 { return c.RelTol }, 0, 1, "want a relative tolerance in [0, 1]"),
+		settings.InRange("verifier.abs_tol", func(c Config) float64 { return c.AbsTol }, 0, 1, "want an absolute tolerance in [0, 1]"),
 		// Building the verifier checks the rest of its table: extractors, the
 		// format pattern, that a command's checker exists.
 		settings.Wrap("verifier", "settings the named verifier builds with (extractors, pattern, command)", func(c Config) error {

@@ -52,6 +52,7 @@ func TestChecks(t *testing.T) {
 		"verifier.timeout_ms": func(c *Config) { c.TimeoutMS = 0 },
 		"verifier.max_bytes":  func(c *Config) { c.MaxBytes = -1 },
 		"verifier.rel_tol":    func(c *Config) { c.RelTol = 2 },
+		"verifier.abs_tol":    func(c *Config) { c.AbsTol = -1e-3 },
 		"verifier:":           func(c *Config) { c.Extractors = []string{"nowhere"} },
 	} {
 		c := DefaultConfig()

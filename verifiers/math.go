@@ -47,7 +47,7 @@ func (m *mathVerifier) check(ctx context.Context, completion, reference string) 
 	}
 	res := Result{Extracted: completion[start:end], Start: start, End: end}
 	ref := referenceAnswer(reference)
-	res.Correct = mathEqual(ctx, res.Extracted, ref, m.opts.RelTol)
+	res.Correct = mathEqual(ctx, res.Extracted, ref, m.opts.RelTol, m.opts.AbsTol)
 	if err := ctx.Err(); err != nil {
 		return noAnswer(""), err
 	}
@@ -65,7 +65,7 @@ func (m *mathVerifier) check(ctx context.Context, completion, reference string) 
 const maxAnswerBytes = 4 << 10
 
 // mathEqual reports whether two answers are mathematically the same.
-func mathEqual(ctx context.Context, a, b string, relTol float64) bool {
+func mathEqual(ctx context.Context, a, b string, relTol, absTol float64) bool {
 	if len(a) > maxAnswerBytes || len(b) > maxAnswerBytes {
 		return strings.TrimSpace(a) == strings.TrimSpace(b)
 	}
@@ -76,7 +76,7 @@ func mathEqual(ctx context.Context, a, b string, relTol float64) bool {
 	if canonText(na) == canonText(nb) {
 		return true
 	}
-	c := &comparer{ctx: ctx, relTol: relTol}
+	c := &comparer{ctx: ctx, relTol: relTol, absTol: absTol}
 	return c.equal(parseValue(na, 0), parseValue(nb, 0))
 }
 

@@ -185,6 +185,29 @@ func TestMathOptions(t *testing.T) {
 	}
 }
 
+// TestMathAbsTol: near 0 the relative tolerance cannot help (it scales
+// with the values), so abs_tol decides: sqrt(2) - 1.41421 is 3.6e-6, 0 at
+// an absolute tolerance of 1e-5, not at the default 1e-12; sin(pi), which
+// floating point computes as 1.2e-16, is 0 at the default.
+func TestMathAbsTol(t *testing.T) {
+	ctx := context.Background()
+	near := `\boxed{\sqrt{2}-1.41421}`
+	def, _ := New("math", Options{})
+	if res, _ := def.Verify(ctx, near, "0"); res.Correct {
+		t.Error("default abs_tol accepted sqrt(2)-1.41421 for 0")
+	}
+	if res, _ := def.Verify(ctx, `\boxed{\sin(\pi)}`, "0"); !res.Correct {
+		t.Error("default abs_tol refused sin(pi) for 0")
+	}
+	loose, _ := New("math", Options{AbsTol: 1e-5})
+	if res, _ := loose.Verify(ctx, near, "0"); !res.Correct {
+		t.Error("AbsTol=1e-5 refused sqrt(2)-1.41421 for 0")
+	}
+	if res, _ := loose.Verify(ctx, `\boxed{\sqrt{2}-1.414}`, "0"); res.Correct {
+		t.Error("AbsTol=1e-5 accepted sqrt(2)-1.414 (2.1e-4) for 0")
+	}
+}
+
 // TestMathLimits feeds hostile inputs; each must finish fast with a verdict.
 func TestMathLimits(t *testing.T) {
 	v := newMathForTest(t)

@@ -313,6 +313,7 @@ func enclosed(s string, n int) bool {
 type comparer struct {
 	ctx    context.Context
 	relTol float64
+	absTol float64 // the floor for values that should be zero, like sin(π)
 }
 
 // equal reports whether two answers are the same. Sets of one element are
@@ -515,13 +516,13 @@ func defined(z complex128) bool {
 
 func isInf(z complex128) bool { return math.IsInf(real(z), 0) || math.IsInf(imag(z), 0) }
 
-// close compares two numbers within the relative tolerance (with a tiny
-// absolute floor for values that should be zero, like sin(π)). Infinities
-// are equal when they have the same sign.
+// close compares two numbers within the relative tolerance, or within the
+// absolute one (a floor for values that should be zero, like sin(π)).
+// Infinities are equal when they have the same sign.
 func (c *comparer) close(x, y complex128) bool {
 	if isInf(x) || isInf(y) {
 		return real(x) == real(y) && math.IsInf(real(x), 0)
 	}
 	d := cmplx.Abs(x - y)
-	return d <= c.relTol*max(cmplx.Abs(x), cmplx.Abs(y)) || d <= 1e-12
+	return d <= c.relTol*max(cmplx.Abs(x), cmplx.Abs(y)) || d <= c.absTol
 }

@@ -36,6 +36,7 @@ type Options struct {
 	TimeoutMS  int     `toml:"timeout_ms"`  // per verification, in milliseconds (0 = 2000)
 	MaxBytes   int     `toml:"max_bytes"`   // completions are capped to this many bytes (0 = 64 KiB)
 	RelTol     float64 `toml:"rel_tol"`     // math: relative tolerance for irrational values (0 = 1e-6)
+	AbsTol     float64 `toml:"abs_tol"`     // math: absolute tolerance beside it, for values near 0 (0 = 1e-12)
 	LastNumber bool    `toml:"last_number"` // math: fall back to the last number in the completion
 	// Strict (math) credits an answer in a final-answer form only (boxed,
 	// gsm8k, answer_is, answer_colon) or a completion that is nothing but
@@ -66,6 +67,7 @@ const (
 	DefaultTimeoutMS = 2000
 	DefaultMaxBytes  = 64 << 10
 	DefaultRelTol    = 1e-6
+	DefaultAbsTol    = 1e-12
 )
 
 // DefaultExtractors is the math extraction priority when Options.Extractors
@@ -82,6 +84,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RelTol <= 0 {
 		o.RelTol = DefaultRelTol
+	}
+	if o.AbsTol <= 0 {
+		o.AbsTol = DefaultAbsTol
 	}
 	if len(o.Extractors) == 0 {
 		o.Extractors = DefaultExtractors
