@@ -112,7 +112,11 @@ func gridArms(grid Config) ([]Arm, error) {
 	}
 	arms := make([]Arm, len(grid.Arms))
 	for i, n := range grid.Arms {
-		arms[i], _ = ArmByName(n) // checked above
+		a, err := ArmByName(n)
+		if err != nil { // not after the checks above, which refuse an unknown arm
+			return nil, fmt.Errorf("experiment: %w", err)
+		}
+		arms[i] = a
 	}
 	return arms, nil
 }
