@@ -50,7 +50,7 @@ func (c Config) ValidateTables(tables ...string) error {
 func (c Config) Validate() error { return settings.Run(c, checks) }
 
 // A check is one row of Validate's table: a key, what it accepts (in words,
-// for docs/config.md's table of checked values: CheckedValues), and the
+// for docs/config.md's table of checked values: experiments.CheckedValues), and the
 // test, which returns nil or why the value is refused. A table that a
 // package owns brings its rows (verifiers.Checks); the rows here are
 // pipeline's own tables' and those that relate keys of different tables.
@@ -158,11 +158,6 @@ func Accepts(key string) string { return settings.Accepts(checks, key) }
 // Checks is Validate's table, for a configuration that holds Config
 // (experiments.File) to lift into its own.
 func Checks() []settings.Check[Config] { return slices.Clone(checks) }
-
-// CheckedValues is Validate's table as Markdown, one row per key with what
-// it accepts (docs/config.md holds experiments.CheckedValues, this table
-// with the [experiment] rows after it).
-func CheckedValues() string { return settings.Table(checks) }
 
 // didYouMean suggests the known name nearest to v, or "".
 func didYouMean(v string, known []string) string { return settings.DidYouMean(v, known) }
