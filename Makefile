@@ -191,7 +191,7 @@ bin/confclip-cuda: $(LIBS) FORCE
 
 # CUDA 13.0 from the package index into the user's cache (scripts/cuda-toolkit.sh).
 cuda-toolkit:
-	@bash scripts/cuda-toolkit.sh >/dev/null
+	@CONFCLIP_CUDA_ROOT='$(CUDA_WHEEL_ROOT)' bash scripts/cuda-toolkit.sh >/dev/null
 
 FORCE:
 

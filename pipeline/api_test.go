@@ -16,16 +16,11 @@ import (
 	"github.com/confclip/confclip/testkit/testutil"
 )
 
-// apiFixture is testutil.StageFixture, loaded as a user's config is (as
-// pipelinetest.Fixture, which pipeline's tests cannot import, does).
+// apiFixture is testutil.StageFixture, loaded as a user's config is.
 func apiFixture(t *testing.T, lines ...string) (Config, string) {
 	t.Helper()
 	path, data := testutil.StageFixture(t, lines...)
-	cfg, err := LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg, data
+	return loadFixture(t, path), data
 }
 
 func openModel(t *testing.T, cfg Config) *Model {

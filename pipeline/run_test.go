@@ -19,7 +19,15 @@ import (
 // runFixture is testutil.RunFixture's run, loaded as a user's config is.
 func runFixture(t *testing.T) Config {
 	t.Helper()
-	cfg, err := LoadConfig(testutil.RunFixture(t))
+	return loadFixture(t, testutil.RunFixture(t))
+}
+
+// loadFixture loads a fixture's config file as a user's config is (as
+// pipelinetest does for the packages above, which pipeline's tests cannot
+// import).
+func loadFixture(t *testing.T, path string) Config {
+	t.Helper()
+	cfg, err := LoadConfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}

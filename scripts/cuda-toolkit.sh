@@ -7,9 +7,10 @@
 # the same toolkit at the same path, so it is downloaded once, and ccache
 # hits on the CUDA objects: CMake hands nvcc the toolkit's headers as
 # -isystem=PATH, a form ccache's base_dir does not rewrite, so a toolkit in
-# the clone put the clone's path into every CUDA object's key. Why these: the GPU machines lent to this project run
-# CUDA 13.0 with driver 580 (docs/gpu.md), and 13.0.88 is that toolkit; the
-# index's CUDA 12.9 `nvidia-cuda-nvcc-cu12` wheel holds only ptxas (no nvcc,
+# the clone put the clone's path into every CUDA object's key (make passes
+# its CUDA_WHEEL_ROOT, the same path, as CONFCLIP_CUDA_ROOT).
+# Why these: the GPU machines lent to this project run CUDA 13.0 with driver
+# 580 (docs/gpu.md), and 13.0.88 is that toolkit; the index's CUDA 12.9 `nvidia-cuda-nvcc-cu12` wheel holds only ptxas (no nvcc,
 # cicc or fatbinary), and Debian's 11.8 needs g++-11 and its cuBLAS 11 is not
 # on a CUDA 13 machine. The wheels have cudart's static library but only
 # shared cuBLAS, and no driver stub (libcuda.so): the build links cudart
