@@ -48,7 +48,7 @@ package llama
 /*
 #cgo CFLAGS: -std=c11 -I${SRCDIR}/../third_party/llama.cpp/llama/include -I${SRCDIR}/../third_party/llama.cpp/ggml/include
 #cgo CXXFLAGS: -std=c++17 -I${SRCDIR}/../third_party/llama.cpp/llama/include -I${SRCDIR}/../third_party/llama.cpp/ggml/include
-#cgo LDFLAGS: -L${SRCDIR}/../build/lib -Wl,--start-group -lllama -lggml -lggml-cpu -lggml-base -Wl,--end-group -lstdc++ -lm -lgomp -ldl -lpthread
+#cgo LDFLAGS: -L${SRCDIR}/../build/lib -Wl,--start-group -lllama -lggml -lggml-cpu -lggml-base -Wl,--end-group -lstdc++ -lm -l:libgomp.a -ldl -lpthread
 #include <stdlib.h>
 #include <malloc.h>
 #include "llama.h"

@@ -76,11 +76,9 @@ if [ "$mode" = pack ]; then
   # Debug information is most of a Go binary's size; Go's own tables (panics'
   # stack traces) and the CUDA kernels stay.
   if command -v strip >/dev/null; then strip "$bin" "$B"/tests/*.test || exit 1; fi
+  # lib/ is where a library the GPU machine lacks would go; OpenMP's runtime
+  # is linked in statically and CUDA's libraries are too large to carry.
   mkdir -p "$B/shared/models" "$B/demo/build/demo/data" "$B/lib" || exit 1
-  # OpenMP's runtime (-lgomp), in case the GPU machine lacks it: used only
-  # when its own is missing. CUDA's libraries are too large to carry.
-  gomp=$(ldd "$bin" 2>/dev/null | awk '$1 == "libgomp.so.1" { print $3 }')
-  [ -z "$gomp" ] || cp -fL "$gomp" "$B/lib/" || exit 1
   cp -f "$stories" "$B/shared/models/" &&
     cp -f "$demo/word.gguf" "$B/demo/build/demo/" &&
     cp -f "$demo/data/train.jsonl" "$demo/data/eval.jsonl" "$B/demo/build/demo/data/" &&
@@ -201,7 +199,7 @@ print_plan() {
   echo
   echo "0. setup: unpack the bundle if only its .tar.xz is there (60 s: xz -dc | tar -x, or python3's tarfile);"
   echo "   ldd the binaries (30 s): a library not found (libcudart, libcublas, libcublasLt ...) is looked for in"
-  echo "   /usr/local/cuda*/lib64, /usr/local/nvidia/lib64, python3's site-packages/nvidia/*/lib and \$B/lib (libgomp), and its folder"
+  echo "   /usr/local/cuda*/lib64, /usr/local/nvidia/lib64, python3's site-packages/nvidia/*/lib and \$B/lib, and its folder"
   echo "   added to LD_LIBRARY_PATH; one still missing: FAIL, nothing run. Then the folders the tests run in"
   echo "   (they read ../../shared/models and ../build/models from there):"
   echo "   \$ mkdir -p \$W/pkg/{llama,rollout,train} \$W/pkg/build/models && ln -sfn \$B/shared \$W/shared"

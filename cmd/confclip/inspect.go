@@ -62,6 +62,7 @@ func init() {
 					fmt.Fprintln(w, "cpu kernels: the build's one set (no choice at start)")
 				}
 				fmt.Fprintf(w, "system: %s\n", b.System)
+				fmt.Fprintf(w, "openmp: threads spin %d times at a barrier before they sleep (GOMP_SPINCOUNT; docs/speed.md, \"A busy machine\")\n", llama.OpenMPSpinCount())
 				return nil
 			},
 		}
