@@ -290,7 +290,7 @@ MUTANTS ?= 300
 # The training benchmark runs bin/confclip train for its peak memory.
 bench: $(LIBS) bin/confclip
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -timeout 30m ./sampler ./verifiers ./confclip ./pipeline
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -skip 'SpeedTable|RealQuantTable|AgainstPyTorch|AgainstLlamaCppPython|ShapeTable|SharedPrompts' -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench . -skip 'SpeedTable|RealQuantTable|AgainstPyTorch|AgainstLlamaCppPython|ShapeTable|SharedPrompts|QuantizedBackward' -benchtime 3x -timeout 30m ./llama ./rollout ./train ./server
 	@# docs/speed.md's tables, rewritten in place: rollout against the C loop,
 	@# teacher forcing and training by weight type; then PyTorch on the same
 	@# work (NOT RUN without Debian's python3-torch), and the rollout against
@@ -311,7 +311,8 @@ bench: $(LIBS) bin/confclip
 # (gen-model --shape, written once to build/models), beside the cores' FMA
 # peak and the memory bandwidth: Qwen2.5-0.5B on 1 and 2 threads, then the
 # 1B and 1.5B shapes on 2, and a training step at the first shape with and
-# without shared prompts, in turn (about 40 minutes on 2 cores). SHAPES,
+# without shared prompts, then with the backward product in Q8_0 and in F32,
+# in turn (about 45 minutes on 2 cores). SHAPES,
 # SHAPE_TYPES and SHAPE_THREADS pick the first table's rows, LARGE_SHAPES
 # and LARGE_THREADS the second's.
 SHAPES ?= qwen2.5-0.5b
@@ -324,7 +325,7 @@ bench-shapes: $(LIBS)
 		-speed-md $(CURDIR)/docs/speed.md -shapes $(SHAPES) -shape-types $(SHAPE_TYPES) -shape-threads $(SHAPE_THREADS)
 	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench ShapeTable -benchtime 1x -timeout 600m ./train -args \
 		-speed-md $(CURDIR)/docs/speed.md -shape-marker 'large shape table' -shapes $(LARGE_SHAPES) -shape-types $(SHAPE_TYPES) -shape-threads $(LARGE_THREADS)
-	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench SharedPrompts -benchtime 1x -timeout 600m ./train -args \
+	$(GO) test $(GOFLAGS_LD) -run '^$$' -bench 'SharedPrompts|QuantizedBackward' -benchtime 1x -timeout 600m ./train -args \
 		-shapes $(SHAPES) -shape-types $(SHAPE_TYPES) -shape-threads $(SHAPE_THREADS)
 
 # The math verifier against the math-verify package on the labelled corpus

@@ -181,6 +181,25 @@ func (c *Context) ComputeBufferBytes() int64 {
 	return n
 }
 
+// SetQuantizedBackward makes PGEval's backward product through each frozen
+// quantized weight W (the gradient into the activations, W^T dY) a matrix
+// product through a Q8_0 copy of W^T in the CPU's integer dot products,
+// instead of an F32 product over W dequantized (patch 0060). The copies are
+// made on the first PGEval that needs them, about 1.06 bytes a weight
+// (QuantizedBackwardBytes), and kept until Close. It changes nothing on a
+// context that may run on a GPU. The gradients differ by Q8_0's rounding.
+func (c *Context) SetQuantizedBackward(on bool) {
+	c.do(func(cc *C.struct_llama_context) { C.llama_pg_set_quantized_backward(cc, C.bool(on)) })
+}
+
+// QuantizedBackwardBytes is the size of the Q8_0 copies of W^T that
+// SetQuantizedBackward's products have made so far; 0 on a closed context.
+func (c *Context) QuantizedBackwardBytes() int64 {
+	var n int64
+	c.do(func(cc *C.struct_llama_context) { n = int64(C.llama_pg_quantized_backward_size(cc)) })
+	return n
+}
+
 // PGEval runs the model on seqs packed into one micro-batch, without the KV
 // cache, and evaluates L = -sum_i Weight_i * sum_t log p(completion token t)
 // (or -sum_i sum_t TokenWeights_i[t] * log p where token weights are given),

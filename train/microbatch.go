@@ -367,8 +367,30 @@ func (t *Trainer) replaceContext(c int) error {
 // newContext is a training context for micro-batches of up to n tokens.
 func (t *Trainer) newContext(n int) (*llama.Context, error) {
 	nctx := (n + 255) / 256 * 256 // llama.cpp pads n_ctx to 256
-	return llama.NewContext(t.model, llama.ContextParams{NCtx: nctx, NBatch: n, NUBatch: n, NSeqMax: 1,
+	c, err := llama.NewContext(t.model, llama.ContextParams{NCtx: nctx, NBatch: n, NUBatch: n, NSeqMax: 1,
 		Threads: t.cfg.Threads, FlashAttn: llama.FlashAttnOff, TrainingGraphs: true, Profile: t.cfg.Profile})
+	if err == nil && t.cfg.QuantizedBackward {
+		c.SetQuantizedBackward(true)
+	}
+	return c, err
+}
+
+// quantizedBackwardBytes bounds the Q8_0 copies of the transposed weights
+// that train.quantized_backward makes (34 bytes for 32 weights, every
+// weight counted): 0 when it is off, the weights are not quantized or the
+// model offloads to a GPU.
+func quantizedBackwardBytes(m *llama.Model, cfg Config) int64 {
+	if !cfg.QuantizedBackward {
+		return 0
+	}
+	if _, gpu := m.OffloadDevice(); gpu {
+		return 0
+	}
+	switch m.Info().FileType {
+	case "F32", "F16", "BF16", "unknown":
+		return 0
+	}
+	return int64(m.Info().Params) * 34 / 32
 }
 
 // ComputeBufferBytes is the training context's compute buffer: the

@@ -36,7 +36,8 @@ var (
 	shapeMarker   = flag.String("shape-marker", "shape table", "BenchmarkShapeTable: the -speed-md file's markers to write the table between (<!-- NAME --> ... <!-- end NAME -->)")
 	shapeProfile  = flag.Bool("shape-profile", false, "BenchmarkShapeTable: print each training step's time by ggml op")
 	shapeUnshared = flag.Bool("shape-unshared", false, "BenchmarkShapeTable: train with every sequence's prompt its own (train.Config.UnsharedPrompts), as before patch 0057")
-	sharedRounds  = flag.Int("shared-rounds", 2, "BenchmarkSharedPrompts: rounds of the step with and without shared prompts, in turn")
+	shapeQBack    = flag.Bool("shape-quantized-backward", false, "BenchmarkShapeTable: train with the backward product through the quantized weights in Q8_0 (train.Config.QuantizedBackward, patch 0060)")
+	sharedRounds  = flag.Int("shared-rounds", 2, "BenchmarkSharedPrompts and BenchmarkQuantizedBackward: rounds of the step each way, in turn")
 	fmaPerCycle   = flag.Float64("fma-flops-per-cycle", 32, "BenchmarkShapeTable: where scripts/fmapeak.c cannot be built, the F32 FLOPs a core's FMA units retire per cycle (32: two 256-bit FMAs)")
 )
 
@@ -300,7 +301,7 @@ func shapeStages(b *testing.B, path string, threads int) shapeRow {
 		a := loraAdapter(b, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 1}, false)
 		exs, _ := shapeRecords(m.NVocab())
 		cfg := DefaultConfig()
-		cfg.Threads, cfg.Profile, cfg.UnsharedPrompts = threads, *shapeProfile, *shapeUnshared
+		cfg.Threads, cfg.Profile, cfg.UnsharedPrompts, cfg.QuantizedBackward = threads, *shapeProfile, *shapeUnshared, *shapeQBack
 		tr, err := NewLoRATrainer(m, a, cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -468,12 +469,45 @@ func cpuinfo(key string) string {
 }
 
 // BenchmarkSharedPrompts is what sharing a group's prompt in a pass (patch
-// 0057) saves a training step at a real shape: the first of -shapes and
-// -shape-types, on the last of -shape-threads, one LoRA step on the shape
+// 0057) saves a training step at a real shape: one LoRA step on the shape
 // table's records with and without sharing (train.Config.UnsharedPrompts),
-// in turn for -shared-rounds rounds, the best rate of each and their ratio
-// (make bench-shapes).
+// in turn (pairedSteps; make bench-shapes).
 func BenchmarkSharedPrompts(b *testing.B) {
+	p := pairedSteps(b, func(c *Config, shared bool) { c.UnsharedPrompts = !shared })
+	s, u := p.stats[true], p.stats[false]
+	fmt.Printf("shared prompts: %s (load average at the end %s): a training step %.1f tokens/s with the prompts shared (%d passes, %d of %d tokens computed), %.1f without (%d passes); ratio %.2f (best of %d rounds each, in turn)\n",
+		p.what, testutil.LoadAverage(), p.best[true], s.MicroBatches, s.AllTokens-s.SharedTokens, s.AllTokens,
+		p.best[false], u.MicroBatches, p.best[true]/p.best[false], *sharedRounds)
+	b.ReportMetric(p.best[true]/p.best[false], "shared/unshared")
+}
+
+// BenchmarkQuantizedBackward is what the backward product through the
+// quantized weights in Q8_0 integer dot products (patch 0060,
+// train.quantized_backward) saves a training step at a real shape: one LoRA
+// step on the shape table's records with it and with the F32 product, in
+// turn (pairedSteps; make bench-shapes).
+func BenchmarkQuantizedBackward(b *testing.B) {
+	p := pairedSteps(b, func(c *Config, on bool) { c.QuantizedBackward = on })
+	q, f := p.stats[true], p.stats[false]
+	fmt.Printf("quantized backward: %s (load average at the end %s): a training step %.1f tokens/s with the backward product in Q8_0 (%d passes), %.1f in F32 (%d passes); ratio %.2f (best of %d rounds each, in turn)\n",
+		p.what, testutil.LoadAverage(), p.best[true], q.MicroBatches, p.best[false], f.MicroBatches, p.best[true]/p.best[false], *sharedRounds)
+	b.ReportMetric(p.best[true]/p.best[false], "q8_0/f32")
+}
+
+// paired is what pairedSteps measured: the best rate (all tokens a second)
+// and that step's stats of each side, and the shape, type, threads and
+// records in words.
+type paired struct {
+	what  string
+	best  map[bool]float64
+	stats map[bool]StepStats
+}
+
+// pairedSteps times one LoRA step on the shape table's records at the first
+// of -shapes and -shape-types, on the last of -shape-threads, with set(cfg,
+// true) and set(cfg, false) in turn for -shared-rounds rounds, each side's
+// trainer new (its micro-batch sized anew).
+func pairedSteps(b *testing.B, set func(*Config, bool)) paired {
 	name, q := splitList(*shapeNames)[0], splitList(*shapeTypes)[0]
 	ts := splitList(*shapeThreads)
 	threads, err := strconv.Atoi(ts[len(ts)-1])
@@ -487,12 +521,13 @@ func BenchmarkSharedPrompts(b *testing.B) {
 	defer m.Close()
 	a := loraAdapter(b, m, Config{LoraRank: 8, LoraAlpha: 16, Seed: 1}, false)
 	exs, _ := shapeRecords(m.NVocab())
-	best := map[bool]float64{}
-	stats := map[bool]StepStats{}
+	p := paired{what: fmt.Sprintf("%s %s %dt, %d records", name, strings.ToUpper(q), threads, len(exs)),
+		best: map[bool]float64{}, stats: map[bool]StepStats{}}
 	for range *sharedRounds {
-		for _, unshared := range []bool{false, true} {
+		for _, on := range []bool{true, false} {
 			cfg := DefaultConfig()
-			cfg.Threads, cfg.UnsharedPrompts = threads, unshared
+			cfg.Threads = threads
+			set(&cfg, on)
 			tr, err := NewLoRATrainer(m, a, cfg)
 			if err != nil {
 				b.Fatal(err)
@@ -504,14 +539,10 @@ func BenchmarkSharedPrompts(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if rate > best[unshared] {
-				best[unshared], stats[unshared] = rate, st
+			if rate > p.best[on] {
+				p.best[on], p.stats[on] = rate, st
 			}
 		}
 	}
-	s, u := stats[false], stats[true]
-	fmt.Printf("shared prompts: %s %s %dt, %d records (load average at the end %s): a training step %.1f tokens/s with the prompts shared (%d passes, %d of %d tokens computed), %.1f without (%d passes); ratio %.2f (best of %d rounds each, in turn)\n",
-		name, strings.ToUpper(q), threads, len(exs), testutil.LoadAverage(), best[false], s.MicroBatches, s.AllTokens-s.SharedTokens, s.AllTokens,
-		best[true], u.MicroBatches, best[false]/best[true], *sharedRounds)
-	b.ReportMetric(best[false]/best[true], "shared/unshared")
+	return p
 }

@@ -70,6 +70,18 @@ type Config struct {
 	// ParseBytes), which sizes the default micro-batch; "" = MemoryShare
 	// of the memory free where the pass runs (MemoryBudget).
 	Memory string `toml:"memory"`
+	// QuantizedBackward runs the backward product through each frozen
+	// quantized weight (the gradient into the activations) in the CPU's
+	// integer dot products, through a Q8_0 copy of the weight's transpose
+	// (llama.Context.SetQuantizedBackward), instead of in F32 over the
+	// weight dequantized; the gradients move by Q8_0's rounding. Off by
+	// default: on an Intel Xeon with AVX-512 the Q8_0 product runs at the
+	// F32 one's rate and the step is slower (docs/speed.md); a CPU whose
+	// integer dot products outrun its F32 FMAs may gain
+	// (BenchmarkQuantizedBackward says). The copies (about 1.06 bytes a
+	// weight) come out of the default micro-batch's budget. No effect on a
+	// GPU or on F32/F16 weights.
+	QuantizedBackward bool `toml:"quantized_backward"`
 	// Seed draws a new adapter's A (CreateLoRA).
 	Seed uint64 `toml:"seed"`
 
@@ -263,6 +275,10 @@ func newTrainer(m *llama.Model, ps []*llama.Param, cfg Config) (*Trainer, error)
 	shape.Temperature = cfg.Temperature != 0 && cfg.Temperature != 1
 	if cfg.MicroBatch <= 0 {
 		b := MemoryBudget(m, memory)
+		if c := quantizedBackwardBytes(m, cfg); c > 0 {
+			b.Bytes = max(b.Bytes-c, MinActivationBudget)
+			b.Source += fmt.Sprintf(", less %s for the Q8_0 copies of the weights the backward pass reads (train.quantized_backward)", FormatBytes(c))
+		}
 		budget = b.Bytes
 		cfg.MicroBatch = AutoMicroBatch(shape, b.Bytes)
 		n := cfg.MicroBatch

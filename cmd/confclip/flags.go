@@ -153,6 +153,7 @@ func trainFlags() []cli.Flag {
 		floatOpt("train-temperature", nil, "temperature T of the distribution the loss takes its log-probs from, softmax(logits / T): 1 = the model's own, the rollout's temperature as TRL and verl ([train] temperature)", func(c *pipeline.Config) *float64 { return &c.Train.Temperature }),
 		floatOpt("entropy-coef", nil, "weight of the completion tokens' entropy subtracted from the loss: > 0 a bonus, < 0 a penalty, 0 = off ([train] entropy_coef)", func(c *pipeline.Config) *float64 { return &c.Train.EntropyCoef }),
 		intOpt("micro-batch", nil, "tokens packed into one forward-backward pass, 0 = sized from --memory ([train] micro_batch)", func(c *pipeline.Config) *int { return &c.Train.MicroBatch }),
+		boolOpt("quantized-backward", "the backward product through quantized weights in Q8_0 integer dot products, not F32 (gradients within Q8_0's rounding; faster only where the CPU's integer dot products outrun its F32 FMAs: make bench-shapes) ([train] quantized_backward)", func(c *pipeline.Config) *bool { return &c.Train.QuantizedBackward }),
 		stringOpt("memory", nil, "memory `SIZE` a pass's activations may take (2GiB, 512MiB), which sizes the default micro-batch; empty = a quarter of the free RAM, or of the GPU's free memory ([train] memory)", func(c *pipeline.Config) *string { return &c.Train.Memory }),
 	}
 }
