@@ -1,13 +1,11 @@
 package train
 
 import (
-	"context"
 	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
 )
 
@@ -36,23 +34,17 @@ func TestQuantizedBackward(t *testing.T) {
 	}
 	for _, q := range []string{"q8_0", "q4_0", "q4_k_m", "q6_k"} {
 		t.Run(q, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "qback-"+q+".gguf")
-			if err := llama.Quantize(f32, path, q, 0); err != nil {
-				t.Fatal(err)
-			}
-			m, err := llama.LoadModel(path, llama.ModelParams{NoRepack: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			m := quantizedModel(t, f32, q)
 			if ft := m.Info().FileType; !strings.HasPrefix(strings.ToLower(ft), q) {
 				t.Fatalf("file type %s, want %s", ft, q)
 			}
-			exact, n := quantizedBackwardGradient(t, m, false)
+			cfg := testConfig()
+			exact, n := trainerGradient(t, m, cfg)
 			if n != 0 {
 				t.Fatalf("with quantized_backward off the context made %d bytes of copies", n)
 			}
-			fast, n := quantizedBackwardGradient(t, m, true)
+			cfg.QuantizedBackward = true
+			fast, n := trainerGradient(t, m, cfg)
 			// every projection's W^T: Q, K, V, O, gate, up, down in 2 layers
 			// and the output matrix, 34 bytes for 32 weights
 			if n < int64(m.Info().Params-uint64(m.NVocab()*spec.Embd))*34/32/2 {
@@ -72,29 +64,4 @@ func TestQuantizedBackward(t *testing.T) {
 			}
 		})
 	}
-}
-
-// quantizedBackwardGradient is the LoRA gradient of the test examples over
-// m with train.quantized_backward on or off, and the bytes of Q8_0 copies
-// the training context made.
-func quantizedBackwardGradient(t *testing.T, m *llama.Model, on bool) ([]float64, int64) {
-	t.Helper()
-	a := newAdapter(t, m, true)
-	cfg := testConfig()
-	cfg.QuantizedBackward = on
-	tr, err := NewLoRATrainer(m, a, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	if _, err := tr.Gradient(context.Background(), examples(t, m)); err != nil {
-		t.Fatal(err)
-	}
-	var g []float64
-	for _, p := range tr.Grads() {
-		for _, v := range p {
-			g = append(g, float64(v))
-		}
-	}
-	return g, tr.ctx.QuantizedBackwardBytes()
 }

@@ -26,15 +26,7 @@ func TestLoRAGradientQuantizedBase(t *testing.T) {
 		minCos float64
 	}{{"q8_0", 0.998}} { // Q8_0 (measured 0.9992); Q4_0's own error turns a tiny model's gradient too far to tell a bug from it
 		t.Run(c.q, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "tiny-"+c.q+".gguf")
-			if err := llama.Quantize(tinyPath, path, c.q, 0); err != nil {
-				t.Fatal(err)
-			}
-			m, err := llama.LoadModel(path, llama.ModelParams{NoRepack: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			m := quantizedModel(t, tinyPath, c.q)
 			if ft := m.Info().FileType; !strings.EqualFold(ft, c.q) {
 				t.Fatalf("file type %s, want %s", ft, c.q)
 			}
@@ -85,15 +77,8 @@ func TestRepackedBaseRefused(t *testing.T) {
 func TestTrainingRefusesHalfWeights(t *testing.T) {
 	for _, q := range []string{"f16"} { // llama.Quantize writes no BF16; the check covers it the same way
 		t.Run(q, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "tiny-"+q+".gguf")
-			if err := llama.Quantize(tinyPath, path, q, 0); err != nil {
-				t.Fatal(err)
-			}
-			m, err := llama.LoadModel(path, llama.ModelParams{NoRepack: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			m := quantizedModel(t, tinyPath, q)
+			path := m.Path()
 			a := newAdapter(t, m, true)
 			tr, err := NewLoRATrainer(m, a, testConfig())
 			if err == nil {
@@ -106,4 +91,21 @@ func TestTrainingRefusesHalfWeights(t *testing.T) {
 			t.Logf("%v", err)
 		})
 	}
+}
+
+// quantizedModel quantizes the model at src to q in a temporary folder and
+// loads it in the file's layout (NoRepack: a training model), closed when
+// the test ends.
+func quantizedModel(t *testing.T, src, q string) *llama.Model {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".gguf")+"-"+q+".gguf")
+	if err := llama.Quantize(src, path, q, 0); err != nil {
+		t.Fatal(err)
+	}
+	m, err := llama.LoadModel(path, llama.ModelParams{NoRepack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }

@@ -84,9 +84,17 @@ func randomizeB(t testing.TB, a *llama.Adapter, rng *rand.Rand, sigma float64) {
 // loraGradient is the gradient of examples(m) for newAdapter(m, true) (the
 // same seeded adapter on every model of the same shapes), flattened.
 func loraGradient(t testing.TB, m *llama.Model) []float64 {
+	g, _ := trainerGradient(t, m, testConfig())
+	return g
+}
+
+// trainerGradient is the gradient of the test examples over m of a new
+// trainer with cfg (a seeded adapter, B filled), and the bytes of Q8_0
+// copies its context made (train.quantized_backward).
+func trainerGradient(t testing.TB, m *llama.Model, cfg Config) ([]float64, int64) {
 	t.Helper()
 	a := newAdapter(t, m, true)
-	tr, err := NewLoRATrainer(m, a, testConfig())
+	tr, err := NewLoRATrainer(m, a, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +108,7 @@ func loraGradient(t testing.TB, m *llama.Model) []float64 {
 			g = append(g, float64(v))
 		}
 	}
-	return g
+	return g, tr.ctx.QuantizedBackwardBytes()
 }
 
 func examples(t testing.TB, m *llama.Model) []Example {
