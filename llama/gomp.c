@@ -6,9 +6,9 @@
 // at one. On a quiet machine every thread arrives within microseconds and the
 // spin is never long. When other processes share the cores, a thread that
 // reaches the barrier spins while the thread it waits for is not running, and
-// burns the time it waits for: SmolLM2-135M at 2 threads on 2 cores decodes
-// 5 to 60 times slower beside one to six busy processes, against 3 times
-// slower with a short spin (docs/speed.md, "A busy machine").
+// burns the time it waits for: SmolLM2-135M at 2 threads on 2 cores decoded
+// 11 times slower beside one busy process and 58 times beside six; with the
+// spin set here, 4 times beside one (docs/speed.md, "A busy machine").
 //
 // libgomp reads GOMP_SPINCOUNT once, in its own constructor. It is linked
 // statically (-l:libgomp.a, llama.go), so its constructor is one of this
