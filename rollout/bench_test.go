@@ -83,13 +83,7 @@ func rate(f func() int) float64 {
 func BenchmarkGroupBatched(b *testing.B) {
 	for _, bm := range benchModels(b) {
 		b.Run(bm.name, func(b *testing.B) {
-			m := loadModel(b, bm.path)
-			o := rollout.Options{Group: 8, MaxTokens: 32, Seed: 1, Threads: runtime.NumCPU(), NCtx: 8 * 128,
-				Params: sampler.Params{Temperature: 1}}
-			o.Parallel = 8
-			batched := newEngine(b, m, o)
-			o.Parallel, o.NCtx = 1, 128
-			seq := newEngine(b, m, o)
+			batched, seq := groupEngines(b, loadModel(b, bm.path), 32, 128)
 			timeGenerate(b, batched, bm.prompt) // warm up
 			timeGenerate(b, seq, bm.prompt)
 			var rb, rs float64
@@ -103,6 +97,19 @@ func BenchmarkGroupBatched(b *testing.B) {
 			b.ReportMetric(rb/rs, "ratio")
 		})
 	}
+}
+
+// groupEngines are two engines sampling G = 8 completions of maxTokens on
+// every core (temperature 1, seed 1): one decodes the group together
+// (Parallel 8), the other one sequence at a time (Parallel 1), each
+// sequence's context ctx tokens.
+func groupEngines(b *testing.B, m *llama.Model, maxTokens, ctx int) (together, oneByOne *rollout.Engine) {
+	o := rollout.Options{Group: 8, MaxTokens: maxTokens, Seed: 1, Threads: runtime.NumCPU(), NCtx: 8 * ctx,
+		Params: sampler.Params{Temperature: 1}}
+	o.Parallel = 8
+	together = newEngine(b, m, o)
+	o.Parallel, o.NCtx = 1, ctx
+	return together, newEngine(b, m, o)
 }
 
 // referenceContexts are the C loops' two contexts, closed when the benchmark

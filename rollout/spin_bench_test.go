@@ -12,8 +12,6 @@ import (
 
 	"github.com/confclip/confclip/llama"
 	"github.com/confclip/confclip/modelgen"
-	"github.com/confclip/confclip/rollout"
-	"github.com/confclip/confclip/sampler"
 )
 
 // spinChildEnv marks the benchmark's own child processes: each runs the
@@ -114,13 +112,7 @@ func runSpinChild(b *testing.B, spin uint64) [2]float64 {
 // spinChild is the child's side: the workload once, warmed up, and one line
 // of rates.
 func spinChild(b *testing.B) {
-	m := loadModel(b, benchModelPath)
-	o := rollout.Options{Group: 8, MaxTokens: 16, Seed: 1, Threads: runtime.NumCPU(), NCtx: 8 * 64,
-		Params: sampler.Params{Temperature: 1}}
-	o.Parallel = 8
-	together := newEngine(b, m, o)
-	o.Parallel, o.NCtx = 1, 64
-	oneByOne := newEngine(b, m, o)
+	together, oneByOne := groupEngines(b, loadModel(b, benchModelPath), 16, 64)
 	const prompt = "What is 12+7? Answer:"
 	timeGenerate(b, together, prompt)
 	rt := rate(func() int { return timeGenerate(b, together, prompt) })

@@ -386,11 +386,12 @@ func quantizedBackwardBytes(m *llama.Model, cfg Config) int64 {
 	if _, gpu := m.OffloadDevice(); gpu {
 		return 0
 	}
-	switch m.Info().FileType {
+	info := m.Info()
+	switch info.FileType {
 	case "F32", "F16", "BF16", "unknown":
 		return 0
 	}
-	return int64(m.Info().Params) * 34 / 32
+	return int64(info.Params) * 34 / 32
 }
 
 // ComputeBufferBytes is the training context's compute buffer: the
