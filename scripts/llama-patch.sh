@@ -71,7 +71,7 @@ PATCH_LAYERS=(training cpu backends)
 # PATCH_DEPS: which patches build on which (patch:dependents), the same as
 # third_party/patches/README.md says; dropping a patch drops those that
 # build on it, so that every patch can be left out alone.
-PATCH_DEPS="0031:0034,0037,0038,0044 0043:0059 0034:0037 0035:0044 0038:0044 0009:0039 0039:0057 0010:0011,0012,0041,0045,0056,0057 0012:0056 0045:0056,0060 0056:0057 0057:0058"
+PATCH_DEPS="0031:0034,0037,0038,0044,0062 0043:0059 0034:0037 0037:0062 0035:0044 0038:0044,0062 0044:0062 0009:0039 0039:0057 0010:0011,0012,0041,0045,0056,0057 0012:0056 0045:0056,0060 0056:0057 0057:0058"
 
 # drop_set prints what LLAMA_DROP names (patch numbers such as 0044, or
 # layer names; spaces or commas between) with the patches that build on

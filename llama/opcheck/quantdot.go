@@ -2,6 +2,7 @@ package opcheck
 
 /*
 #cgo CFLAGS: -std=c11 -I${SRCDIR}/../../third_party/llama.cpp/llama/include -I${SRCDIR}/../../third_party/llama.cpp/ggml/include
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "ggml.h"
@@ -138,6 +139,26 @@ static int confclip_q8K_first_difference(const float * x, int nblocks) {
 	free(b);
 	return bad;
 }
+
+// confclip_out_prod_fma: out_prod(W, transpose(G)) as ggml-cpu's tiled
+// kernel sums each value, one value at a time: over blocks of kb rows of W
+// (k values a row, m rows), a sum of FMAs in row order from 0, added to
+// the result after each block. G is m x n (m a row); out is k x n.
+static void confclip_out_prod_fma(const float * w, const float * g, int k, int m, int n, int kb, float * out) {
+	for (int j = 0; j < n; j++) {
+		for (int i = 0; i < k; i++) {
+			float d = 0.0f;
+			for (int c0 = 0; c0 < m; c0 += kb) {
+				float s = 0.0f;
+				for (int c = c0; c < m && c < c0 + kb; c++) {
+					s = fmaf(w[(size_t) c*k + i], g[(size_t) j*m + c], s);
+				}
+				d += s;
+			}
+			out[(size_t) j*k + i] = d;
+		}
+	}
+}
 */
 import "C"
 
@@ -150,8 +171,8 @@ import (
 
 // mulMatTypes are the weight types QuantMatMul takes.
 var mulMatTypes = map[string]C.int{
-	"f32": C.GGML_TYPE_F32, "q4_0": C.GGML_TYPE_Q4_0, "q8_0": C.GGML_TYPE_Q8_0, "q4_K": C.GGML_TYPE_Q4_K,
-	"q5_K": C.GGML_TYPE_Q5_K, "q6_K": C.GGML_TYPE_Q6_K,
+	"f32": C.GGML_TYPE_F32, "q4_0": C.GGML_TYPE_Q4_0, "q5_0": C.GGML_TYPE_Q5_0, "q8_0": C.GGML_TYPE_Q8_0,
+	"iq4_nl": C.GGML_TYPE_IQ4_NL, "q4_K": C.GGML_TYPE_Q4_K, "q5_K": C.GGML_TYPE_Q5_K, "q6_K": C.GGML_TYPE_Q6_K,
 }
 
 // QuantMatMul quantizes w (m rows of k values) to typ (f32: as it is) and
@@ -159,7 +180,7 @@ var mulMatTypes = map[string]C.int{
 // CPU backend, once as one product and once in parts of `part` columns:
 // whole and byParts, m values a column, column j of plane p at (p*n + j)*m.
 // A part of one column takes ggml's matrix-vector kernels, llamafile's
-// products need two or more. For the tests of patches 0040, 0042 and 0044.
+// products need two or more. For the tests of patches 0040, 0042, 0044 and 0061.
 func QuantMatMul(typ string, w, x []float32, k, m, n, planes, part, threads int) (whole, byParts []float32, err error) {
 	llama.Init()
 	t, ok := mulMatTypes[typ]
@@ -195,6 +216,19 @@ func OutProdLayouts(w, g []float32, k, m, n, threads int) (whole, copied, byRow 
 		return nil, nil, nil, fmt.Errorf("OutProdLayouts: out of memory")
 	}
 	return whole, copied, byRow, nil
+}
+
+// OutProdFMA is out_prod(w, transpose(g)) (OutProdLayouts' operands and
+// layout) summed as ggml-cpu's tiled kernel sums each value: in blocks of
+// kb rows of w, FMAs in order within a block. For the test of patch 0062.
+func OutProdFMA(w, g []float32, k, m, n, kb int) ([]float32, error) {
+	if k <= 0 || m <= 0 || n <= 0 || kb <= 0 || len(w) != k*m || len(g) != m*n {
+		return nil, fmt.Errorf("OutProdFMA: %d weights and %d gradients for k %d, m %d, n %d", len(w), len(g), k, m, n)
+	}
+	out := make([]float32, k*n)
+	C.confclip_out_prod_fma((*C.float)(unsafe.Pointer(&w[0])), (*C.float)(unsafe.Pointer(&g[0])), C.int(k), C.int(m), C.int(n), C.int(kb),
+		(*C.float)(unsafe.Pointer(&out[0])))
+	return out, nil
 }
 
 // Q8KFirstDifference quantizes x (whole blocks of 256 values) to Q8_K with

@@ -174,6 +174,37 @@ func TestOutProdLayouts(t *testing.T) {
 	}
 }
 
+// TestOutProdTileRows: patch 0062 gives the backward product (OUT_PROD)
+// tiles of 8 rows where the CPU has AVX-512 (32 vector registers), 4
+// elsewhere. Each value is still the same sum (FMAs in order over a block
+// of 64 rows of W, added to the result after each block), so the product
+// equals that sum done one value at a time (OutProdFMA, C's fmaf) bit for
+// bit, at 1 and 2 threads: rows of 120 values (3-vector runs, then one
+// vector, then 8 values on AVX-512), 130 rows of W (blocks of 64, 64, 2),
+// 37 and 8 result rows (tiles of 8 and a tail of 5; one whole tile).
+func TestOutProdTileRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(62, 63))
+	for _, s := range []struct{ k, m, n int }{{120, 130, 37}, {120, 130, 8}, {2048, 70, 21}} {
+		w, g := normals(rng, s.k*s.m), normals(rng, s.m*s.n)
+		ref, err := opcheck.OutProdFMA(w, g, s.k, s.m, s.n, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, threads := range []int{1, 2} {
+			whole, _, _, err := opcheck.OutProdLayouts(w, g, s.k, s.m, s.n, threads)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for x := range whole {
+				if math.Float32bits(whole[x]) != math.Float32bits(ref[x]) {
+					t.Fatalf("%d x %d x %d, %d threads, row %d, value %d: %g, one value at a time %g", s.k, s.m, s.n, threads, x/s.k, x%s.k, whole[x], ref[x])
+				}
+			}
+		}
+		t.Logf("%d x %d x %d: bit for bit the block sums of FMAs, at 1 and 2 threads", s.k, s.m, s.n)
+	}
+}
+
 // TestQ8KQuantizer: patch 0046 quantizes a K-quant product's input to Q8_K
 // in AVX2 registers; every byte must be the reference quantizer's (what
 // every CPU got before, and what other CPUs still run). Blocks of normal
@@ -251,4 +282,52 @@ func normals(rng *rand.Rand, n int) []float32 {
 		v[i] = float32(rng.NormFloat64())
 	}
 	return v
+}
+
+// TestQ0MatMulTiles: patch 0061 multiplies Q4_0, Q5_0, Q8_0 and IQ4_NL
+// weights (llamafile's tinyBLAS_Q0_AVX) by 8 columns a tile in 512-bit
+// VNNI where the CPU has AVX-512 VNNI, two columns a register, and by 4
+// or 2 where fewer are left. Each result is summed as the 256-bit tiles
+// sum it, so the product equals the same product 3 columns at a time
+// (the kernel before the patch: a tile of 3 columns is not taken, and one
+// column would take ggml's matrix-vector kernel) bit for bit, at 1 and 2
+// threads: over 13 blocks a row, 37 rows (tiles of 4 and a tail), 9, 21
+// and 39 columns (8-column tiles, then 4, then 3 or 1) and 2 planes. And
+// it is within the quantization's error of the F32 product.
+func TestQ0MatMulTiles(t *testing.T) {
+	const k, m, planes, part = 13 * 32, 37, 2, 3
+	for _, n := range []int{9, 21, 39} {
+		rng := rand.New(rand.NewPCG(61, uint64(n)))
+		w, x := normals(rng, k*m), normals(rng, k*n*planes)
+		for _, typ := range []string{"q4_0", "q5_0", "q8_0", "iq4_nl"} {
+			for _, threads := range []int{1, 2} {
+				whole, byParts, err := opcheck.QuantMatMul(typ, w, x, k, m, n, planes, part, threads)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var d2, r2 float64
+				for c := 0; c < n*planes; c++ {
+					for r := 0; r < m; r++ {
+						got := whole[c*m+r]
+						if math.Float32bits(got) != math.Float32bits(byParts[c*m+r]) {
+							t.Fatalf("%s, %d columns, %d threads, column %d, row %d: %g in the product, %g %d columns at a time", typ, n, threads, c, r, got, byParts[c*m+r], part)
+						}
+						ref := 0.0
+						for i := 0; i < k; i++ {
+							ref += float64(w[r*k+i]) * float64(x[c*k+i])
+						}
+						d2 += (float64(got) - ref) * (float64(got) - ref)
+						r2 += ref * ref
+					}
+				}
+				// 4-bit weights of normal values are 0.07-0.1 off (relative
+				// RMS), 8-bit ones 0.01; misread blocks would be 1 or more
+				if rel := math.Sqrt(d2 / r2); rel > 0.2 || math.IsNaN(rel) {
+					t.Errorf("%s, %d columns, %d threads: %.3g from the F32 product (relative RMS)", typ, n, threads, rel)
+				} else {
+					t.Logf("%s, %d columns, %d threads: bit for bit %d columns at a time; %.3g from the F32 product (relative RMS)", typ, n, threads, part, rel)
+				}
+			}
+		}
+	}
 }
